@@ -1,0 +1,168 @@
+"""The one place where public inputs are checked.
+
+Contract: every public function of normlab calls these helpers *before* it touches any
+state (running statistics, optimizer moments, scaler counters), so a rejected call changes
+nothing. Each helper raises a builtin exception (``TypeError`` for the wrong kind of
+object or dtype, ``ValueError`` for a wrong value or shape) whose message names the
+argument, echoes what was received and says what is allowed.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from collections.abc import Sequence
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+__all__ = [
+    "as_float_array",
+    "check_eps",
+    "check_finite_real",
+    "check_generator",
+    "check_int",
+    "check_probability",
+    "check_shape",
+    "compute_dtype",
+    "is_float_dtype",
+    "optional_float_array",
+]
+
+# The 2-byte and smaller float types that ml_dtypes adds; numpy does not count them as
+# np.floating, so they are recognised through ml_dtypes.finfo instead.
+_ML_FLOAT_NAMES = (
+    "bfloat16",
+    "float8_e4m3fn",
+    "float8_e4m3fnuz",
+    "float8_e4m3b11fnuz",
+    "float8_e4m3",
+    "float8_e5m2",
+    "float8_e5m2fnuz",
+    "float8_e3m4",
+    "float8_e8m0fnu",
+    "float6_e2m3fn",
+    "float6_e3m2fn",
+    "float4_e2m1fn",
+)
+_ML_FLOAT_DTYPES = frozenset(
+    np.dtype(getattr(ml_dtypes, name)) for name in _ML_FLOAT_NAMES if hasattr(ml_dtypes, name)
+)
+
+
+def is_float_dtype(dtype: Any) -> bool:
+    """True for numpy's real floating dtypes and the ml_dtypes float types (bfloat16, fp8...)."""
+    dt = np.dtype(dtype)
+    return bool(np.issubdtype(dt, np.floating)) or dt in _ML_FLOAT_DTYPES
+
+
+def compute_dtype(dtype: Any) -> np.dtype:
+    """The dtype statistics are accumulated in: float64 for float64, else float32.
+
+    float16, bfloat16 and the fp8 types are widened to float32 (never computed in their own
+    precision); float32 stays float32; float64 (and longdouble) use float64.
+    """
+    dt = np.dtype(dtype)
+    if dt == np.float64 or (np.issubdtype(dt, np.floating) and dt.itemsize > 8):
+        return np.dtype(np.float64)
+    return np.dtype(np.float32)
+
+
+def _describe(x: Any) -> str:
+    if isinstance(x, np.ndarray):
+        return f"an array of dtype {x.dtype} and shape {x.shape}"
+    return f"{type(x).__name__} {x!r}"[:120]
+
+
+def as_float_array(x: Any, name: str, *, min_ndim: int = 0) -> np.ndarray:
+    """Return ``x`` as a real floating ndarray without copying when it already is one.
+
+    Lists and scalars of Python floats are converted (to float64). Integer, boolean,
+    complex and object inputs raise ``TypeError``: normalising integers silently would hide
+    a caller's bug, and complex inputs have no ordering for the statistics.
+    """
+    if isinstance(x, np.ndarray):
+        arr = x
+    elif isinstance(x, (bool, np.bool_)) or x is None:
+        raise TypeError(f"{name} must be a real floating-point array; got {_describe(x)}")
+    else:
+        try:
+            arr = np.asarray(x)
+        except (ValueError, TypeError) as exc:  # ragged lists and the like
+            raise TypeError(
+                f"{name} must be a real floating-point array; got {_describe(x)} ({exc})"
+            ) from None
+    if not is_float_dtype(arr.dtype):
+        raise TypeError(
+            f"{name} must have a real floating dtype (float16, bfloat16, float32, float64); "
+            f"got dtype {arr.dtype}. Convert it first, e.g. {name}.astype(np.float32)."
+        )
+    if arr.ndim < min_ndim:
+        raise ValueError(
+            f"{name} must have at least {min_ndim} dimension(s); got shape {arr.shape}"
+        )
+    return arr
+
+
+def optional_float_array(x: Any, name: str) -> np.ndarray | None:
+    """Like :func:`as_float_array` but passes ``None`` through (no affine / no bias)."""
+    return None if x is None else as_float_array(x, name)
+
+
+def check_shape(arr: np.ndarray, expected: Sequence[int], name: str, what: str) -> None:
+    """Raise ``ValueError`` unless ``arr.shape == expected``; ``what`` says why it must."""
+    if tuple(arr.shape) != tuple(expected):
+        raise ValueError(
+            f"{name} must have shape {tuple(expected)} ({what}); got shape {tuple(arr.shape)}"
+        )
+
+
+def check_finite_real(value: Any, name: str) -> float:
+    """A real, finite Python/numpy number (bools rejected) returned as float."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number; got {_describe(value)}")
+    v = float(value)
+    if not math.isfinite(v):
+        raise ValueError(f"{name} must be finite; got {value!r}")
+    return v
+
+
+def check_eps(eps: Any, name: str = "eps") -> float:
+    """eps must be a finite number > 0 (it keeps the square root away from zero)."""
+    v = check_finite_real(eps, name)
+    if v <= 0.0:
+        raise ValueError(f"{name} must be > 0 (it keeps 1/sqrt(var + eps) finite); got {eps!r}")
+    return v
+
+
+def check_probability(p: Any, name: str, *, allow_one: bool = False) -> float:
+    """A probability in [0, 1) (or [0, 1] with ``allow_one``); NaN is rejected."""
+    if isinstance(p, (bool, np.bool_)) or not isinstance(p, numbers.Real):
+        raise TypeError(f"{name} must be a real number in [0, 1); got {_describe(p)}")
+    v = float(p)
+    upper_ok = v <= 1.0 if allow_one else v < 1.0
+    if not (v >= 0.0 and upper_ok):  # also False for NaN
+        interval = "[0, 1]" if allow_one else "[0, 1)"
+        raise ValueError(f"{name} must be in {interval}; got {p!r}")
+    return v
+
+
+def check_int(value: Any, name: str, *, minimum: int | None = None) -> int:
+    """An integer (bools rejected), optionally at least ``minimum``."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer; got {_describe(value)}")
+    v = int(value)
+    if minimum is not None and v < minimum:
+        raise ValueError(f"{name} must be >= {minimum}; got {v}")
+    return v
+
+
+def check_generator(rng: Any, name: str = "rng") -> np.random.Generator:
+    """Randomness is always passed in, as a ``numpy.random.Generator``."""
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(
+            f"{name} must be a numpy.random.Generator (e.g. numpy.random.default_rng(0)); "
+            f"got {_describe(rng)}"
+        )
+    return rng
