@@ -1,0 +1,144 @@
+"""Fused row kernels for LayerNorm and RMSNorm (numba, one prange over rows).
+
+Dimension letters: R rows (every leading axis flattened), W width (the normalised trailing
+axes flattened), K chunks of rows for the parameter-gradient reduction.
+
+Contract: every array is C-contiguous and float32 or float64; the gain and bias are already
+in x's dtype (ones / zeros when the layer has none). Statistics and row sums are accumulated
+in float64, then stored in the dtype of the ``mean`` / ``rstd`` arrays the caller passes.
+
+Memory traffic (the reason these kernels exist). Forward reads x once from memory and writes
+out once: the row (<= a few tens of KiB) stays in L1/L2 for the second and third sweep
+(two-pass variance, then the output), so there is no E[x^2] - E[x]^2 cancellation.
+Backward reads x and dout once and writes dx once: the first sweep forms both row sums
+sum(g * dy) and sum(g * dy * x_hat), the second writes dx and adds dy * x_hat, dy into the
+chunk's parameter-gradient row.
+
+Determinism: parameter gradients are reduced per fixed chunk of rows (K depends only on R,
+never on the thread count), and the K partial rows are summed in chunk order afterwards, so
+results are bit-identical on 1 or N threads.
+
+``fastmath`` is limited to reassociation and contraction (vectorised sums, fused
+multiply-add): it changes the last bits of a sum, as any summation order does, never NaN/inf
+semantics. Rounding kernels never use it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+__all__ = [
+    "FAST",
+    "chunk_count",
+    "layer_norm_bwd",
+    "layer_norm_fwd",
+    "rms_norm_bwd",
+    "rms_norm_fwd",
+]
+
+# Reassociate (vectorised reductions) and contract (FMA); no nnan/ninf: NaN rows stay NaN.
+FAST = {"reassoc", "contract"}
+
+# Fixed number of row chunks for parameter gradients (independent of the thread count).
+_MAX_CHUNKS = 64
+
+
+def chunk_count(rows: int) -> int:
+    """Number of row chunks K used by the parameter-gradient reduction (depends on R only)."""
+    return max(1, min(_MAX_CHUNKS, rows))
+
+
+@njit(parallel=True, cache=True, fastmath=FAST)
+def layer_norm_fwd(x, gamma, beta, eps, out, mean, rstd):  # type: ignore[no-untyped-def]
+    """out = (x - mean) * rstd * gamma + beta per row; fills mean (R,) and rstd (R,)."""
+    R, W = x.shape  # x, out: (R, W); gamma, beta: (W,)
+    for r in prange(R):
+        s = 0.0
+        for j in range(W):
+            s += np.float64(x[r, j])
+        mu = s / W
+        v = 0.0
+        for j in range(W):
+            d = np.float64(x[r, j]) - mu
+            v += d * d
+        rs = 1.0 / np.sqrt(v / W + eps)
+        mu_t = x.dtype.type(mu)  # statistics in x's dtype for the output sweep
+        rs_t = x.dtype.type(rs)
+        for j in range(W):
+            out[r, j] = (x[r, j] - mu_t) * rs_t * gamma[j] + beta[j]
+        mean[r] = mu
+        rstd[r] = rs
+
+
+@njit(parallel=True, cache=True, fastmath=FAST)
+def rms_norm_fwd(x, gain, eps, out, rstd):  # type: ignore[no-untyped-def]
+    """out = x * rstd * gain per row with rstd = 1 / sqrt(mean(x^2) + eps); fills rstd (R,)."""
+    R, W = x.shape  # x, out: (R, W); gain: (W,)
+    for r in prange(R):
+        v = 0.0
+        for j in range(W):
+            d = np.float64(x[r, j])
+            v += d * d
+        rs = 1.0 / np.sqrt(v / W + eps)
+        rs_t = x.dtype.type(rs)
+        for j in range(W):
+            out[r, j] = x[r, j] * rs_t * gain[j]
+        rstd[r] = rs
+
+
+@njit(parallel=True, cache=True, fastmath=FAST)
+def layer_norm_bwd(dy, x, mean, rstd, gamma, dx, pg, pb):  # type: ignore[no-untyped-def]
+    """dx = rstd * (g dy - mean(g dy) - x_hat mean(g dy x_hat)); pg, pb: (K, W) partial sums.
+
+    pg[k] and pb[k] receive sum(dy * x_hat) and sum(dy) over the rows of chunk k.
+    """
+    R, W = x.shape  # dy, x, dx: (R, W); mean, rstd: (R,); gamma: (W,)
+    K = pg.shape[0]
+    for k in prange(K):
+        lo = (R * k) // K
+        hi = (R * (k + 1)) // K
+        for j in range(W):
+            pg[k, j] = 0.0
+            pb[k, j] = 0.0
+        for r in range(lo, hi):
+            mu = x.dtype.type(mean[r])
+            rs = x.dtype.type(rstd[r])
+            a = 0.0  # sum_j g dy
+            b = 0.0  # sum_j g dy x_hat
+            for j in range(W):
+                gd = dy[r, j] * gamma[j]
+                xh = (x[r, j] - mu) * rs
+                a += np.float64(gd)
+                b += np.float64(gd * xh)
+            a_t = x.dtype.type(a / W)
+            b_t = x.dtype.type(b / W)
+            for j in range(W):
+                xh = (x[r, j] - mu) * rs
+                d = dy[r, j]
+                dx[r, j] = rs * (d * gamma[j] - a_t - xh * b_t)
+                pg[k, j] += d * xh
+                pb[k, j] += d
+
+
+@njit(parallel=True, cache=True, fastmath=FAST)
+def rms_norm_bwd(dy, x, rstd, gain, dx, pg):  # type: ignore[no-untyped-def]
+    """dx = rstd * (g dy - x_hat mean(g dy x_hat)); pg: (K, W) partial sums of dy * x_hat."""
+    R, W = x.shape  # dy, x, dx: (R, W); rstd: (R,); gain: (W,)
+    K = pg.shape[0]
+    for k in prange(K):
+        lo = (R * k) // K
+        hi = (R * (k + 1)) // K
+        for j in range(W):
+            pg[k, j] = 0.0
+        for r in range(lo, hi):
+            rs = x.dtype.type(rstd[r])
+            b = 0.0  # sum_j g dy x_hat
+            for j in range(W):
+                b += np.float64(dy[r, j] * gain[j] * (x[r, j] * rs))
+            b_t = x.dtype.type(b / W)
+            for j in range(W):
+                xh = x[r, j] * rs
+                d = dy[r, j]
+                dx[r, j] = rs * (d * gain[j] - xh * b_t)
+                pg[k, j] += d * xh
