@@ -1,0 +1,151 @@
+"""The ``normlab`` command: the lab's report, single experiments, formats, bits, bench, exercises.
+
+Subcommands::
+
+    normlab report [--quick|--full] [--out DIR] [--seed N] [--only NAME,...]
+    normlab run NAME [--quick|--full] [--out DIR] [--seed N]
+    normlab list
+    normlab formats
+    normlab bits VALUE --format NAME
+    normlab bench [ARGS...]
+    normlab exercise 16.1|16.2|16.3|16.4
+
+Exit status: 0 on success; 1 when an experiment fails its criterion or raises; 2 for a
+usage error (unknown experiment, bad value, a missing optional dependency).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = ["build_parser", "main"]
+
+DEFAULT_OUT = "normlab-report"
+EXERCISES = ("16.1", "16.2", "16.3", "16.4")
+
+
+def _add_size(p: argparse.ArgumentParser) -> None:
+    group = p.add_mutually_exclusive_group()
+    group.add_argument(
+        "--quick", dest="size", action="store_const", const="quick", help="small sizes (< 1 min)"
+    )
+    group.add_argument(
+        "--full", dest="size", action="store_const", const="full", help="larger sizes (slow)"
+    )
+    p.set_defaults(size="default")
+    p.add_argument("--seed", type=int, default=0, help="seed of every experiment (default 0)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argparse parser of ``normlab`` (exposed for tests and documentation)."""
+    parser = argparse.ArgumentParser(
+        prog="normlab",
+        description="normlab: normalization, residuals and precision, with a lab that "
+        "reproduces the papers' claims.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    rep = sub.add_parser("report", help="run the experiments and write the report")
+    _add_size(rep)
+    rep.add_argument("--out", default=DEFAULT_OUT, help=f"output folder (default ./{DEFAULT_OUT}/)")
+    rep.add_argument("--only", default=None, help="comma-separated experiment names (see list)")
+    rep.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+
+    run = sub.add_parser("run", help="run one experiment and write its report")
+    run.add_argument("name", help="experiment name (see `normlab list`)")
+    _add_size(run)
+    run.add_argument("--out", default=None, help=f"output folder (default ./{DEFAULT_OUT}/NAME/)")
+    run.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+
+    sub.add_parser("list", help="list the experiments in report order")
+    sub.add_parser("formats", help="print the table of float formats")
+
+    bits = sub.add_parser("bits", help="print the bit layout of a value in a format")
+    bits.add_argument("value", type=float, help="the value, e.g. 3.14 or -1e-3 or inf")
+    bits.add_argument("--format", required=True, dest="fmt", help="format name, e.g. bf16, e4m3")
+
+    bench = sub.add_parser("bench", help="benchmark the kernels (arguments go to normlab.bench)")
+    bench.add_argument("args", nargs=argparse.REMAINDER, help="arguments for normlab.bench")
+
+    ex = sub.add_parser("exercise", help="print the runnable solution of an exercise")
+    ex.add_argument("number", choices=EXERCISES, help="exercise number")
+    return parser
+
+
+def _report(names: Sequence[str], size: str, seed: int, out: str, progress: bool) -> int:
+    from normlab.lab.report import run_report
+    from normlab.lab.result import Settings
+
+    settings = Settings(size=size, seed=seed)  # type: ignore[arg-type]
+    status, outcomes, files = run_report(names, settings, Path(out), show_progress=progress)
+    words = {"pass": "PASS", "fail": "FAIL", "error": "ERROR"}
+    for o in outcomes:
+        n_ok = sum(c.passed for c in o.result.checks) if o.result is not None else 0
+        n_all = len(o.result.checks) if o.result is not None else 0
+        print(f"{words[o.status]:5s}  {o.name:20s} {n_ok}/{n_all} checks  {o.elapsed_s:6.1f} s")
+        if o.status == "error" and o.error:
+            last = o.error.strip().splitlines()[-1]
+            print(f"       {last}")
+    passed = sum(o.status == "pass" for o in outcomes)
+    print(f"{passed} of {len(outcomes)} experiments passed; report: {files.markdown}, {files.html}")
+    return status
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    from normlab.lab.experiments import EXPERIMENTS, resolve
+
+    if args.command == "report":
+        names = resolve(args.only)
+        return _report(names, args.size, args.seed, args.out, not args.no_progress)
+    if args.command == "run":
+        (name,) = resolve([args.name])
+        out = args.out if args.out is not None else str(Path(DEFAULT_OUT) / name)
+        return _report([name], args.size, args.seed, out, not args.no_progress)
+    if args.command == "list":
+        for i, (name, text) in enumerate(EXPERIMENTS.items(), 1):
+            print(f"{i}. {name:20s} {text}")
+        return 0
+    if args.command == "formats":
+        from normlab.precision import formats_table
+
+        print(formats_table())
+        return 0
+    if args.command == "bits":
+        from normlab.precision import bit_layout, get_format
+
+        print(bit_layout(args.value, get_format(args.fmt)))
+        return 0
+    if args.command == "bench":
+        from normlab import bench
+
+        rest = [a for i, a in enumerate(args.args) if not (i == 0 and a == "--")]
+        rc = bench.main(rest)
+        return int(rc) if rc is not None else 0
+    if args.command == "exercise":
+        from normlab.lab.exercises import exercise_text
+
+        print(exercise_text(args.number))
+        return 0
+    raise AssertionError(f"unhandled command {args.command!r}")  # argparse prevents this
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``normlab`` command; returns the exit status.
+
+    >>> main(["list"])  # doctest: +ELLIPSIS
+    1. xiong_init ...
+    0
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["bench"]:  # everything after "bench" belongs to normlab.bench, untouched
+        argv = ["bench", "--", *argv[1:]]
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return _dispatch(args)
+    except (ValueError, TypeError, ImportError) as exc:  # bad names/values, missing extras
+        print(f"normlab {args.command}: error: {exc}", file=sys.stderr)
+        return 2

@@ -1,0 +1,70 @@
+"""Progress bars for the CLI: one tqdm bar per experiment plus an overall line.
+
+:class:`TqdmProgress` implements the :class:`normlab.lab.result.Progress` protocol that
+experiments drive (``start(total, description)`` then ``advance(n)``); an experiment may call
+``start`` several times (one bar per phase). Bars go to stderr so stdout stays clean.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from normlab.lab._deps import require
+
+__all__ = ["OverallProgress", "TqdmProgress"]
+
+
+class TqdmProgress:
+    """A Progress that shows a tqdm bar below the overall line (position 1)."""
+
+    def __init__(self, *, disable: bool = False) -> None:
+        self._tqdm = require("tqdm").tqdm
+        self._bar: Any = None
+        self._disable = disable
+
+    def start(self, total: int, description: str) -> None:
+        self.close()
+        self._bar = self._tqdm(
+            total=total,
+            desc=f"  {description}",
+            position=1,
+            leave=False,
+            file=sys.stderr,
+            disable=self._disable,
+            dynamic_ncols=True,
+        )
+
+    def advance(self, n: int = 1) -> None:
+        if self._bar is not None:
+            self._bar.update(n)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+
+class OverallProgress:
+    """The overall line: experiments done out of those selected, with the current name."""
+
+    def __init__(self, total: int, *, disable: bool = False) -> None:
+        tqdm = require("tqdm").tqdm
+        self._bar = tqdm(
+            total=total,
+            desc="normlab report",
+            unit="exp",
+            position=0,
+            file=sys.stderr,
+            disable=disable,
+            dynamic_ncols=True,
+        )
+
+    def begin(self, name: str) -> None:
+        self._bar.set_postfix_str(name)
+
+    def done(self) -> None:
+        self._bar.update(1)
+
+    def close(self) -> None:
+        self._bar.close()

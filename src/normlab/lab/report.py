@@ -1,0 +1,155 @@
+"""Write a lab run to a folder: report.md, report.html, figures/*.png and metrics.json.
+
+Contract: :func:`write_report` renders whatever the outcomes hold (a figure that cannot be
+rendered turns its experiment into an error, the others are kept) and always writes all
+four kinds of file. :func:`run_report` is the engine behind ``normlab report`` and
+``normlab run``: resolve, run with progress, write, and return the exit status.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import platform
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from normlab.lab.experiments import load
+from normlab.lab.plotting import figure_png
+from normlab.lab.render import RenderedFigure, html_document, markdown_document
+from normlab.lab.result import Settings
+from normlab.lab.runner import Outcome, exit_status, run_experiments
+
+__all__ = ["ReportFiles", "jsonable", "run_report", "versions", "write_report"]
+
+_PACKAGES = ("normlab", "numpy", "ml_dtypes", "numba", "matplotlib", "tqdm")
+
+
+@dataclass(frozen=True)
+class ReportFiles:
+    """Paths of what was written."""
+
+    markdown: Path
+    html: Path
+    metrics: Path
+    figures: tuple[Path, ...]
+
+
+def versions() -> dict[str, str]:
+    """Versions of Python and of the packages the lab uses ("not installed" if absent)."""
+    found = {"python": platform.python_version()}
+    for name in _PACKAGES:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = "not installed"
+    return found
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` with numpy scalars/arrays turned into Python ones; non-finite floats as strings.
+
+    >>> jsonable({"a": float("inf"), "b": (1, 2)})
+    {'a': 'inf', 'b': [1, 2]}
+    """
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if hasattr(value, "tolist") and callable(value.tolist):  # numpy arrays and scalars
+        return jsonable(value.tolist())
+    if isinstance(value, bool) or value is None or isinstance(value, (int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    return str(value)
+
+
+def _render_figures(outcome: Outcome, out_dir: Path) -> list[RenderedFigure]:
+    rendered: list[RenderedFigure] = []
+    if outcome.result is None:
+        return rendered
+    try:
+        for stem, fig in outcome.result.figures.items():
+            relpath = f"figures/{outcome.name}-{stem}.png"
+            png = figure_png(fig)
+            (out_dir / relpath).write_bytes(png)
+            rendered.append(RenderedFigure(stem, relpath, png))
+    except Exception:
+        outcome.status = "error"
+        outcome.error = "rendering a figure failed:\n" + traceback.format_exc()
+    return rendered
+
+
+def _experiment_metrics(o: Outcome) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "title": o.title,
+        "status": o.status,
+        "passed": o.status == "pass",
+        "elapsed_s": round(o.elapsed_s, 3),
+    }
+    if o.result is not None:
+        entry["seed"] = o.result.seed
+        entry["sizes"] = o.result.settings
+        entry["checks"] = [asdict(c) for c in o.result.checks]
+        entry["metrics"] = o.result.metrics
+    if o.error is not None:
+        entry["error"] = o.error
+    return entry
+
+
+def write_report(
+    outcomes: Sequence[Outcome], out_dir: str | Path, settings: Settings, *, total_s: float
+) -> ReportFiles:
+    """Write report.md, report.html, figures/*.png and metrics.json into ``out_dir``."""
+    out = Path(out_dir)
+    (out / "figures").mkdir(parents=True, exist_ok=True)
+    figures = {o.name: _render_figures(o, out) for o in outcomes}
+    for o in outcomes:  # figures are written; free matplotlib's memory
+        if o.result is not None:
+            o.result.figures.clear()
+    found = versions()
+    meta = {
+        "size": settings.size,
+        "seed": settings.seed,
+        "versions_text": ", ".join(f"{k} {v}" for k, v in found.items()),
+        "generated": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "total_s": total_s,
+    }
+    md_path, html_path, json_path = out / "report.md", out / "report.html", out / "metrics.json"
+    md_path.write_text(markdown_document(outcomes, figures, meta), encoding="utf-8")
+    html_path.write_text(html_document(outcomes, figures, meta), encoding="utf-8")
+    metrics = {
+        "generated_utc": meta["generated"],
+        "settings": {"size": settings.size, "seed": settings.seed},
+        "versions": found,
+        "total_elapsed_s": round(total_s, 3),
+        "passed": exit_status(outcomes) == 0,
+        "experiments": {o.name: _experiment_metrics(o) for o in outcomes},
+    }
+    json_path.write_text(
+        json.dumps(jsonable(metrics), indent=2, allow_nan=False) + "\n", encoding="utf-8"
+    )
+    paths = tuple(out / f.relpath for fs in figures.values() for f in fs)
+    return ReportFiles(md_path, html_path, json_path, paths)
+
+
+def run_report(
+    names: Sequence[str],
+    settings: Settings,
+    out_dir: str | Path,
+    *,
+    show_progress: bool = False,
+    loader: Callable[[str], Any] = load,
+) -> tuple[int, list[Outcome], ReportFiles]:
+    """Run ``names``, write the report into ``out_dir``; returns (exit status, outcomes, files)."""
+    start = time.perf_counter()
+    outcomes = run_experiments(names, settings, loader=loader, show_progress=show_progress)
+    files = write_report(outcomes, out_dir, settings, total_s=time.perf_counter() - start)
+    return exit_status(outcomes), outcomes, files

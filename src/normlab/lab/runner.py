@@ -1,0 +1,106 @@
+"""Run selected experiments one after another, catching what goes wrong in each.
+
+Contract: :func:`run_experiments` never raises because of an experiment. A module that
+fails to import, an exception inside ``run`` or a result of the wrong type becomes an
+``"error"`` :class:`Outcome` carrying the traceback; the next experiment still runs. An
+experiment whose checks do not all pass is a ``"fail"``. :func:`exit_status` is 0 only when
+every outcome is a ``"pass"``.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from normlab.lab.experiments import EXPERIMENTS, load
+from normlab.lab.result import ExperimentResult, NullProgress, Progress, Settings
+
+__all__ = ["Outcome", "exit_status", "run_experiments"]
+
+Status = Literal["pass", "fail", "error"]
+
+
+@dataclass
+class Outcome:
+    """What happened to one experiment: its result, or the traceback that stopped it."""
+
+    name: str
+    title: str
+    status: Status
+    elapsed_s: float
+    result: ExperimentResult | None = None
+    error: str | None = None  # formatted traceback when status == "error"
+
+
+def _run_one(
+    name: str, settings: Settings, progress: Progress, loader: Callable[[str], Any]
+) -> Outcome:
+    title = EXPERIMENTS.get(name, name)
+    start = time.perf_counter()
+    try:
+        module = loader(name)
+        title = getattr(module, "TITLE", title)
+        result = module.run(settings, progress)
+        if not isinstance(result, ExperimentResult):
+            raise TypeError(
+                f"experiment {name!r} returned {type(result).__name__}, not ExperimentResult"
+            )
+    except Exception:  # the report shows the traceback; the other experiments still run
+        return Outcome(
+            name, title, "error", time.perf_counter() - start, error=traceback.format_exc()
+        )
+    elapsed = time.perf_counter() - start
+    status: Status = "pass" if result.checks and result.passed else "fail"
+    return Outcome(name, result.title or title, status, elapsed, result=result)
+
+
+def run_experiments(
+    names: Sequence[str],
+    settings: Settings,
+    *,
+    loader: Callable[[str], Any] = load,
+    show_progress: bool = False,
+) -> list[Outcome]:
+    """Run ``names`` in order with ``settings``; one :class:`Outcome` per name.
+
+    Parameters
+    ----------
+    names : experiment names (already resolved, see :func:`normlab.lab.experiments.resolve`).
+    settings : size and seed handed to every experiment.
+    loader : maps a name to its module (tests pass fakes); default imports the registry's.
+    show_progress : show tqdm bars (one per experiment, plus the overall line) on stderr.
+
+    An experiment without any check counts as a failure: a report must measure something.
+    """
+    if show_progress:
+        from normlab.lab.progress import OverallProgress, TqdmProgress
+
+        overall: OverallProgress | None = OverallProgress(len(names))
+        bar: TqdmProgress | None = TqdmProgress()
+    else:
+        overall, bar = None, None
+    progress: Progress = bar if bar is not None else NullProgress()
+    outcomes = []
+    try:
+        for name in names:
+            if overall is not None:
+                overall.begin(name)
+            outcomes.append(_run_one(name, settings, progress, loader))
+            if bar is not None:
+                bar.close()
+            if overall is not None:
+                overall.done()
+    finally:
+        if bar is not None:
+            bar.close()
+        if overall is not None:
+            overall.close()
+    return outcomes
+
+
+def exit_status(outcomes: Sequence[Outcome]) -> int:
+    """0 when every experiment passed, 1 when any failed its criterion or raised."""
+    return 0 if outcomes and all(o.status == "pass" for o in outcomes) else 1
