@@ -1,0 +1,92 @@
+"""Validation and dtype helpers shared by the functional norms.
+
+Every public norm validates its inputs with these helpers (built on
+:mod:`normlab._validate`) before touching any state, so a rejected call changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from normlab._backend import kernel
+from normlab._validate import as_float_array, check_int, check_shape, compute_dtype
+
+__all__ = [
+    "as_grad",
+    "check_dout",
+    "check_param",
+    "compute_dtype_of",
+    "dispatch",
+    "resolve_normalized_ndim",
+]
+
+
+def compute_dtype_of(*arrays: np.ndarray | None) -> np.dtype:
+    """float64 when any given array is float64 (or wider), else float32."""
+    dts = [compute_dtype(a.dtype) for a in arrays if a is not None]
+    return np.dtype(np.result_type(*dts))
+
+
+def check_param(value: Any, name: str, shape: tuple[int, ...], what: str) -> np.ndarray | None:
+    """None passes through; otherwise a float array of exactly ``shape``."""
+    if value is None:
+        return None
+    arr = as_float_array(value, name)
+    check_shape(arr, shape, name, what)
+    return arr
+
+
+def resolve_normalized_ndim(
+    x: np.ndarray, normalized_ndim: Any, *params: Any
+) -> int:
+    """The number k of trailing dims to normalise.
+
+    Explicit ``normalized_ndim`` wins; else the ndim of the first parameter that is given
+    (gamma, then beta); else 1. k must satisfy 1 <= k <= x.ndim.
+    """
+    if normalized_ndim is None:
+        k = next((np.ndim(p) for p in params if p is not None), 1)
+        if k < 1:
+            raise ValueError(
+                f"the parameters must have at least one dimension (they cover the normalised "
+                f"trailing dims of x); got a {k}-d parameter"
+            )
+    else:
+        k = check_int(normalized_ndim, "normalized_ndim", minimum=1)
+    if k > x.ndim:
+        raise ValueError(
+            f"normalized_ndim must be <= x.ndim = {x.ndim} (it counts trailing dims of x of "
+            f"shape {x.shape}); got {k}"
+        )
+    return k
+
+
+def check_dout(dout: Any, x: np.ndarray, name: str = "dout") -> np.ndarray:
+    """The upstream gradient: a float array of exactly x's shape."""
+    arr = as_float_array(dout, name)
+    check_shape(arr, x.shape, name, "the shape of the forward input x")
+    return arr
+
+
+def as_grad(g: np.ndarray | None, like: np.ndarray | None) -> np.ndarray | None:
+    """Cast a parameter gradient to its parameter's dtype (None when there is no parameter)."""
+    if g is None or like is None:
+        return None
+    return np.asarray(g).astype(like.dtype, copy=False)
+
+
+def dispatch(name: str, ref: Callable[..., Any], *args: Any) -> Any:
+    """Run the kernel registered under ``name`` when it serves these arguments, else ``ref``.
+
+    A kernel receives exactly ``ref``'s (validated) arguments and may return
+    ``NotImplemented`` to decline; the NumPy reference then runs.
+    """
+    fn = kernel(name)
+    if fn is not None:
+        result = fn(*args)
+        if result is not NotImplemented:
+            return result
+    return ref(*args)

@@ -1,0 +1,262 @@
+"""Residual add fused with LayerNorm / RMSNorm (the pre-norm residual stream step).
+
+``new_residual = x + residual`` (numpy's dtype promotion of the two) and
+``out = Norm(new_residual)`` in x's dtype. Both outputs feed later layers, so the backward
+takes the gradient arriving on each and returns the gradient of the sum, which x and
+residual share: ``dsum = Norm'(dout) + dresidual``.
+
+The cache is the plain norm's cache with ``cache.x`` = the new residual (a reference to the
+returned array), so the math is shared with :mod:`normlab.norms.layer_norm` and
+:mod:`normlab.norms.rms_norm`. Kernels: ``"add_layer_norm_forward"`` and
+``"add_rms_norm_forward"`` receive the arguments of ``_add_layer_norm_forward_ref(x,
+residual, gamma, beta, eps, normalized_ndim)`` / ``_add_rms_norm_forward_ref(x, residual,
+weight, eps, offset, normalized_ndim)``; the backwards also look up
+``"add_layer_norm_backward"`` / ``"add_rms_norm_backward"`` (args: dout, dresidual, cache).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from normlab._validate import as_float_array, check_shape
+from normlab.norms._cache import LayerNormCache, RMSNormCache
+from normlab.norms._common import as_grad, check_dout, dispatch
+from normlab.norms.layer_norm import (
+    check_layer_norm_cache,
+    ln_backward_core,
+    ln_forward_core,
+    validate_layer_norm,
+)
+from normlab.norms.rms_norm import (
+    check_rms_norm_cache,
+    rms_backward_core,
+    rms_forward_core,
+    validate_rms_norm,
+)
+
+__all__ = [
+    "add_layer_norm_backward",
+    "add_layer_norm_forward",
+    "add_rms_norm_backward",
+    "add_rms_norm_forward",
+]
+
+
+def _check_residual(residual: Any, x: np.ndarray) -> np.ndarray:
+    res = as_float_array(residual, "residual")
+    check_shape(res, x.shape, "residual", "the shape of x: the two are added elementwise")
+    return res
+
+
+def _check_dresidual(dresidual: Any, s: np.ndarray) -> np.ndarray | None:
+    if dresidual is None:
+        return None
+    arr = as_float_array(dresidual, "dresidual")
+    check_shape(arr, s.shape, "dresidual", "the shape of new_residual")
+    return arr
+
+
+def _sum_grad(dx: np.ndarray, dresidual: np.ndarray | None, dtype: np.dtype) -> np.ndarray:
+    """Norm gradient plus the residual-stream gradient, added in the compute dtype."""
+    if dresidual is not None:
+        dx = dx + dresidual.astype(dx.dtype, copy=False)
+    return dx.astype(dtype, copy=False)
+
+
+def _add_layer_norm_forward_ref(
+    x: np.ndarray,
+    residual: np.ndarray,
+    gamma: np.ndarray | None,
+    beta: np.ndarray | None,
+    eps: float,
+    k: int,
+) -> tuple[np.ndarray, np.ndarray, LayerNormCache]:
+    s = x + residual  # the new residual stream, numpy's promotion of the two dtypes
+    out, mean, rstd = ln_forward_core(s, gamma, beta, eps, k)
+    cache = LayerNormCache(s, gamma, beta, mean, rstd, eps, k)
+    return out.astype(x.dtype, copy=False), s, cache
+
+
+def _add_layer_norm_backward_ref(
+    dout: np.ndarray, dresidual: np.ndarray | None, cache: LayerNormCache
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+    dx, dgamma, dbeta = ln_backward_core(dout, cache)
+    dsum = _sum_grad(dx, dresidual, cache.x.dtype)
+    return dsum, as_grad(dgamma, cache.gamma), as_grad(dbeta, cache.beta)
+
+
+def _add_rms_norm_forward_ref(
+    x: np.ndarray,
+    residual: np.ndarray,
+    weight: np.ndarray | None,
+    eps: float,
+    offset: float,
+    k: int,
+) -> tuple[np.ndarray, np.ndarray, RMSNormCache]:
+    s = x + residual
+    out, rstd = rms_forward_core(s, weight, eps, offset, k)
+    return out.astype(x.dtype, copy=False), s, RMSNormCache(s, weight, rstd, eps, offset, k)
+
+
+def _add_rms_norm_backward_ref(
+    dout: np.ndarray, dresidual: np.ndarray | None, cache: RMSNormCache
+) -> tuple[np.ndarray, np.ndarray | None]:
+    dx, dweight = rms_backward_core(dout, cache)
+    return _sum_grad(dx, dresidual, cache.x.dtype), as_grad(dweight, cache.weight)
+
+
+def add_layer_norm_forward(
+    x: Any,
+    residual: Any,
+    gamma: Any,
+    beta: Any,
+    eps: float = 1e-5,
+    *,
+    normalized_ndim: int | None = None,
+) -> tuple[np.ndarray, np.ndarray, LayerNormCache]:
+    r"""Residual add followed by LayerNorm: ``s = x + residual``, ``out = LN(s)``.
+
+    .. math:: s = x + r,\quad y = \gamma \odot (s - \mu_s)/\sqrt{\sigma_s^2 + \epsilon} + \beta
+
+    (Ba et al., 2016; the residual stream of He et al., 2015.)
+
+    Parameters
+    ----------
+    x, residual : float arrays of the same shape (*B, *F).
+    gamma, beta, eps, normalized_ndim : as in :func:`~normlab.layer_norm_forward`.
+
+    Returns
+    -------
+    out : LN(s), x's shape and dtype. new_residual : s, dtype = numpy's promotion of x and
+        residual. cache : a LayerNormCache whose ``x`` is ``new_residual``.
+
+    Raises
+    ------
+    TypeError, ValueError : as :func:`~normlab.layer_norm_forward`, plus a residual that is
+        not a float array of x's shape.
+
+    Example
+    -------
+    >>> out, s, cache = add_layer_norm_forward(np.ones((2, 3)), np.arange(6.0).reshape(2, 3),
+    ...                                        None, None)
+    >>> s[0].tolist(), np.round(out[0], 4).tolist()
+    ([1.0, 2.0, 3.0], [-1.2247, 0.0, 1.2247])
+    """
+    xa, gamma, beta, eps, k = validate_layer_norm(x, gamma, beta, eps, normalized_ndim)
+    res = _check_residual(residual, xa)
+    result: tuple[np.ndarray, np.ndarray, LayerNormCache] = dispatch(
+        "add_layer_norm_forward", _add_layer_norm_forward_ref, xa, res, gamma, beta, eps, k
+    )
+    return result
+
+
+def add_layer_norm_backward(
+    dout: Any, dresidual: Any, cache: LayerNormCache
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+    r"""Gradient of the fused add + LayerNorm: ``dsum = LN'(dout) + dresidual``.
+
+    Parameters
+    ----------
+    dout : gradient on ``out``. dresidual : gradient on ``new_residual`` or None (zero).
+    cache : from :func:`add_layer_norm_forward`.
+
+    Returns
+    -------
+    dsum : the gradient of x and of residual alike (new_residual's shape and dtype).
+    dgamma, dbeta : as :func:`~normlab.layer_norm_backward`.
+
+    Raises
+    ------
+    TypeError, ValueError : wrong cache type, non-float or wrongly shaped gradients.
+
+    Example
+    -------
+    >>> out, s, cache = add_layer_norm_forward(np.ones((1, 3)), np.eye(1, 3), None, None)
+    >>> dsum, _, _ = add_layer_norm_backward(np.zeros((1, 3)), np.ones((1, 3)), cache)
+    >>> dsum.tolist()
+    [[1.0, 1.0, 1.0]]
+    """
+    cache = check_layer_norm_cache(cache)
+    dout = check_dout(dout, cache.x)
+    dres = _check_dresidual(dresidual, cache.x)
+    result: tuple[np.ndarray, np.ndarray | None, np.ndarray | None] = dispatch(
+        "add_layer_norm_backward", _add_layer_norm_backward_ref, dout, dres, cache
+    )
+    return result
+
+
+def add_rms_norm_forward(
+    x: Any,
+    residual: Any,
+    weight: Any,
+    eps: float = 1e-8,
+    *,
+    offset: float = 0.0,
+    normalized_ndim: int | None = None,
+) -> tuple[np.ndarray, np.ndarray, RMSNormCache]:
+    r"""Residual add followed by RMSNorm: ``s = x + residual``, ``out = RMSNorm(s)``.
+
+    .. math:: s = x + r,\quad y = (\mathrm{offset} + w) \odot s / \sqrt{\mathrm{mean}(s^2)+\epsilon}
+
+    (Zhang & Sennrich, 2019.)
+
+    Parameters
+    ----------
+    x, residual : float arrays of the same shape (*B, *F).
+    weight, eps, offset, normalized_ndim : as in :func:`~normlab.rms_norm_forward`.
+
+    Returns
+    -------
+    out : x's shape and dtype. new_residual : s. cache : an RMSNormCache on s.
+
+    Raises
+    ------
+    TypeError, ValueError : as :func:`~normlab.rms_norm_forward`, plus a bad residual.
+
+    Example
+    -------
+    >>> out, s, _ = add_rms_norm_forward(np.full((1, 2), 1.0), np.full((1, 2), 2.0), None)
+    >>> s.tolist(), np.round(out, 6).tolist()
+    ([[3.0, 3.0]], [[1.0, 1.0]])
+    """
+    xa, weight, eps, offset, k = validate_rms_norm(x, weight, eps, offset, normalized_ndim)
+    res = _check_residual(residual, xa)
+    result: tuple[np.ndarray, np.ndarray, RMSNormCache] = dispatch(
+        "add_rms_norm_forward", _add_rms_norm_forward_ref, xa, res, weight, eps, offset, k
+    )
+    return result
+
+
+def add_rms_norm_backward(
+    dout: Any, dresidual: Any, cache: RMSNormCache
+) -> tuple[np.ndarray, np.ndarray | None]:
+    r"""Gradient of the fused add + RMSNorm: ``dsum = RMSNorm'(dout) + dresidual``.
+
+    Parameters
+    ----------
+    dout : gradient on ``out``. dresidual : gradient on ``new_residual`` or None.
+    cache : from :func:`add_rms_norm_forward`.
+
+    Returns
+    -------
+    dsum : new_residual's shape and dtype. dweight : as :func:`~normlab.rms_norm_backward`.
+
+    Raises
+    ------
+    TypeError, ValueError : wrong cache type, non-float or wrongly shaped gradients.
+
+    Example
+    -------
+    >>> out, s, cache = add_rms_norm_forward(np.ones((1, 2)), np.ones((1, 2)), None)
+    >>> add_rms_norm_backward(np.zeros((1, 2)), np.ones((1, 2)), cache)[0].tolist()
+    [[1.0, 1.0]]
+    """
+    cache = check_rms_norm_cache(cache)
+    dout = check_dout(dout, cache.x)
+    dres = _check_dresidual(dresidual, cache.x)
+    result: tuple[np.ndarray, np.ndarray | None] = dispatch(
+        "add_rms_norm_backward", _add_rms_norm_backward_ref, dout, dres, cache
+    )
+    return result

@@ -1,0 +1,256 @@
+"""BatchNorm forward and backward, training and eval (chapter Listing 16.3).
+
+Dimension letters: C = features (the length of ``x.shape[axis]``), n = number of values per
+feature (the product of every other dim). Reductions run over every axis but ``axis``.
+
+Conventions (see DESIGN.md): ``momentum`` is the fraction of the OLD running statistic
+kept (the chapter's 0.9; PyTorch's ``momentum`` is ``1 - ours``); the running variance is
+the biased batch variance unless ``unbiased_running_var=True`` (PyTorch's n/(n-1)).
+The references ``_batch_norm_forward_ref(x, gamma, beta, running_mean, running_var,
+training, momentum, eps, axis, unbiased_running_var)`` (axis non-negative) and
+``_batch_norm_backward_ref(dout, cache)`` are what kernels registered as
+``"batch_norm_forward"`` / ``"batch_norm_backward"`` must reproduce.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from normlab._stats import mean_var, rstd_from
+from normlab._validate import (
+    as_float_array,
+    check_eps,
+    check_int,
+    check_probability,
+    check_shape,
+    compute_dtype,
+)
+from normlab.norms._cache import BatchNormCache
+from normlab.norms._common import as_grad, check_dout, check_param, compute_dtype_of, dispatch
+
+__all__ = ["batch_norm_backward", "batch_norm_forward"]
+
+
+def _check_bool(value: Any, name: str) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool (True or False); got {type(value).__name__} "
+                        f"{value!r}"[:160])
+    return bool(value)
+
+
+def _check_running(value: Any, name: str, c: int, training: bool) -> np.ndarray | None:
+    """A running statistic: a writable float ndarray of shape (C,); None only in training."""
+    if value is None:
+        if training:
+            return None
+        raise ValueError(
+            f"{name} is required in eval mode (training=False): eval normalises with the "
+            "running statistics; got None"
+        )
+    if not isinstance(value, np.ndarray):
+        raise TypeError(
+            f"{name} must be a numpy array of shape ({c},) (it is updated in place); "
+            f"got {type(value).__name__}"
+        )
+    arr = as_float_array(value, name)
+    check_shape(arr, (c,), name, "one statistic per feature of x along axis")
+    if training and not arr.flags.writeable:
+        raise ValueError(f"{name} must be writable: training updates it in place; got a "
+                         "read-only array")
+    return arr
+
+
+def _validate(
+    x: Any, gamma: Any, beta: Any, running_mean: Any, running_var: Any, training: Any,
+    momentum: Any, eps: Any, axis: Any, unbiased: Any,
+) -> tuple[Any, ...]:
+    x = as_float_array(x, "x", min_ndim=1)
+    axis = check_int(axis, "axis")
+    if not -x.ndim <= axis < x.ndim:
+        raise ValueError(f"axis must be in [{-x.ndim}, {x.ndim}) for x of shape {x.shape}; "
+                         f"got {axis}")
+    ax = axis % x.ndim
+    training = _check_bool(training, "training")
+    unbiased = _check_bool(unbiased, "unbiased_running_var")
+    momentum = check_probability(momentum, "momentum", allow_one=True)
+    eps = check_eps(eps)
+    c = x.shape[ax]
+    what = f"one value per feature, x.shape[{axis}] = {c}"
+    gamma = check_param(gamma, "gamma", (c,), what)
+    beta = check_param(beta, "beta", (c,), what)
+    rm = _check_running(running_mean, "running_mean", c, training)
+    rv = _check_running(running_var, "running_var", c, training)
+    if rv is not None and bool(np.any(rv < 0)):
+        raise ValueError(f"running_var must be >= 0; got a minimum of {np.min(rv)!r}")
+    n = x.size // c if c else 0
+    if training and n == 1:
+        raise ValueError(
+            f"x: a training batch needs more than one value per feature to estimate a "
+            f"variance (as in PyTorch); got shape {x.shape} with axis={axis}. Use a larger "
+            "batch or eval mode."
+        )
+    return x, gamma, beta, rm, rv, training, momentum, eps, ax, unbiased
+
+
+def _update(running: np.ndarray | None, batch: np.ndarray, momentum: float) -> None:
+    """running <- momentum * running + (1 - momentum) * batch, in place (the listing)."""
+    if running is None:
+        return
+    wd = np.result_type(compute_dtype(running.dtype), batch.dtype)
+    running[...] = running.astype(wd) * momentum + (1.0 - momentum) * batch.astype(wd)
+
+
+def _batch_norm_forward_ref(
+    x: np.ndarray, gamma: np.ndarray | None, beta: np.ndarray | None,
+    running_mean: np.ndarray | None, running_var: np.ndarray | None, training: bool,
+    momentum: float, eps: float, axis: int, unbiased_running_var: bool,
+) -> tuple[np.ndarray, BatchNormCache]:
+    cd = compute_dtype_of(x, gamma, beta)
+    c = x.shape[axis]
+    red = tuple(i for i in range(x.ndim) if i != axis)
+    bshape = tuple(c if i == axis else 1 for i in range(x.ndim))  # broadcasts (C,) against x
+    xc = x.astype(cd, copy=False)
+    n = x.size // c if c else 0
+    if training:
+        m, v = mean_var(xc, red)
+        mean, var = m.reshape(c), v.reshape(c)  # (C,)
+        if n > 1:  # an empty batch teaches nothing: running statistics stay as they are
+            _update(running_mean, mean, momentum)
+            _update(running_var, var * (n / (n - 1)) if unbiased_running_var else var, momentum)
+    else:
+        assert running_mean is not None and running_var is not None  # checked by _validate
+        mean = np.array(running_mean, dtype=cd)  # a copy: later updates must not leak in
+        var = np.array(running_var, dtype=cd)
+    rstd = rstd_from(var, eps)  # (C,)
+    out = (xc - mean.reshape(bshape)) * rstd.reshape(bshape)
+    if gamma is not None:
+        out *= gamma.astype(cd, copy=False).reshape(bshape)
+    if beta is not None:
+        out += beta.astype(cd, copy=False).reshape(bshape)
+    cache = BatchNormCache(x, gamma, beta, mean, rstd, axis, training, eps)
+    return out.astype(x.dtype, copy=False), cache
+
+
+def _batch_norm_backward_ref(
+    dout: np.ndarray, cache: BatchNormCache
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+    x, ax, cd = cache.x, cache.axis, cache.rstd.dtype
+    red = tuple(i for i in range(x.ndim) if i != ax)
+    bshape = tuple(x.shape[ax] if i == ax else 1 for i in range(x.ndim))
+    rstd = cache.rstd.reshape(bshape)
+    xhat = (x.astype(cd, copy=False) - cache.mean.reshape(bshape)) * rstd  # recomputed
+    g = dout.astype(cd, copy=False)
+    dgamma = np.sum(g * xhat, axis=red) if cache.gamma is not None else None  # (C,)
+    dbeta = np.sum(g, axis=red) if cache.beta is not None else None  # (C,)
+    gh = g * cache.gamma.astype(cd, copy=False).reshape(bshape) if cache.gamma is not None else g
+    if x.size == 0:
+        dx = np.zeros(x.shape, cd)
+    elif cache.training:
+        # batch statistics depend on every x in the feature: LayerNorm's formula over `red`
+        dx = rstd * (
+            gh
+            - np.mean(gh, axis=red, keepdims=True)
+            - xhat * np.mean(gh * xhat, axis=red, keepdims=True)
+        )
+    else:
+        dx = gh * rstd  # eval: the running statistics are constants
+    return dx.astype(x.dtype, copy=False), as_grad(dgamma, cache.gamma), as_grad(dbeta, cache.beta)
+
+
+def batch_norm_forward(
+    x: Any,
+    gamma: Any,
+    beta: Any,
+    running_mean: np.ndarray | None,
+    running_var: np.ndarray | None,
+    training: bool,
+    momentum: float = 0.9,
+    eps: float = 1e-5,
+    *,
+    axis: int = -1,
+    unbiased_running_var: bool = False,
+) -> tuple[np.ndarray, BatchNormCache]:
+    r"""Batch normalisation of each feature over the batch (Ioffe & Szegedy, 2015).
+
+    .. math:: \hat x = (x - \mu_c)/\sqrt{\sigma_c^2 + \epsilon},\quad y = \gamma_c \hat x + \beta_c
+
+    Training: batch mean and biased variance over every axis but ``axis``, and in place
+    ``r <- momentum * r + (1 - momentum) * batch_stat`` (running variance times n/(n-1)
+    with ``unbiased_running_var``). Eval: the running statistics.
+
+    Parameters
+    ----------
+    x : float array with C features on ``axis`` ((N, C) or channels-last by default;
+        ``axis=1`` for (N, C, H, W)).
+    gamma, beta : (C,) float arrays or None.
+    running_mean, running_var : writable float ndarrays (C,), updated in place in training;
+        None allowed in training (not tracked), required in eval.
+    training : bool.
+    momentum : fraction of the old statistic kept, in [0, 1].
+    eps : finite number > 0.
+
+    Returns
+    -------
+    out : x's shape and dtype. cache : :class:`~normlab.norms._cache.BatchNormCache`.
+
+    Raises
+    ------
+    TypeError : non-float arrays, non-array running statistics, non-bool flags.
+    ValueError : wrong shapes, eps <= 0, momentum outside [0, 1], negative running_var,
+        a read-only running statistic in training, or a training batch with one value per
+        feature. Nothing is updated when an error is raised.
+
+    Example
+    -------
+    >>> rm, rv = np.zeros(2), np.ones(2)
+    >>> out, _ = batch_norm_forward(np.array([[0.0, 1.0], [2.0, 3.0]]), None, None, rm, rv, True)
+    >>> np.round(rm, 6).tolist(), np.round(out[:, 0], 4).tolist()
+    ([0.1, 0.2], [-1.0, 1.0])
+    """
+    args = _validate(x, gamma, beta, running_mean, running_var, training, momentum, eps, axis,
+                     unbiased_running_var)
+    result: tuple[np.ndarray, BatchNormCache] = dispatch(
+        "batch_norm_forward", _batch_norm_forward_ref, *args
+    )
+    return result
+
+
+def batch_norm_backward(
+    dout: Any, cache: BatchNormCache
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+    r"""Gradients of BatchNorm in training (batch statistics) or eval (constants).
+
+    Training: :math:`\bar x = \mathrm{rstd}(g - \mathrm{mean}(g) - \hat x\,\mathrm{mean}(g\hat x))`
+    with :math:`g = \bar y\gamma` and means over every axis but ``axis``; eval:
+    :math:`\bar x = g\,\mathrm{rstd}`. :math:`\bar\gamma = \sum \bar y\hat x`,
+    :math:`\bar\beta = \sum \bar y`.
+
+    Parameters
+    ----------
+    dout : float array of x's shape. cache : from :func:`batch_norm_forward`.
+
+    Returns
+    -------
+    dx : x's shape and dtype. dgamma, dbeta : (C,) in the parameter's dtype, or None.
+
+    Raises
+    ------
+    TypeError : wrong cache type or non-float dout. ValueError : dout not of x's shape.
+
+    Example
+    -------
+    >>> x = np.array([[0.0, 1.0], [2.0, 5.0]])
+    >>> out, cache = batch_norm_forward(x, np.ones(2), np.zeros(2), None, None, True)
+    >>> batch_norm_backward(np.ones_like(x), cache)[2].tolist()
+    [2.0, 2.0]
+    """
+    if not isinstance(cache, BatchNormCache):
+        raise TypeError("cache must be the BatchNormCache returned by batch_norm_forward; "
+                        f"got {type(cache).__name__}")
+    dout = check_dout(dout, cache.x)
+    result: tuple[np.ndarray, np.ndarray | None, np.ndarray | None] = dispatch(
+        "batch_norm_backward", _batch_norm_backward_ref, dout, cache
+    )
+    return result

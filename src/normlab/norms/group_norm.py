@@ -1,0 +1,147 @@
+"""GroupNorm forward and backward on (N, C, *S), as ``torch.nn.functional.group_norm``.
+
+Dimension letters: N = batch, C = channels, G = groups, S = spatial dims, and
+m = (C / G) * prod(S) values per (sample, group). Each sample's channels are split into G
+contiguous groups; each group is normalised with its own mean and biased variance, then
+scaled and shifted per channel. GroupNorm with G = 1 is LayerNorm over (C, *S) with a
+per-channel affine; with G = C it is InstanceNorm (Wu & He, "Group Normalization", 2018).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from normlab._stats import mean_var, rstd_from
+from normlab._validate import as_float_array, check_eps, check_int
+from normlab.norms._cache import GroupNormCache
+from normlab.norms._common import as_grad, check_dout, check_param, compute_dtype_of
+
+__all__ = ["group_norm_backward", "group_norm_forward"]
+
+
+def _grouped(a: np.ndarray, g: int) -> np.ndarray:
+    """(N, C, *S) -> (N, G, m): a view for contiguous inputs."""
+    per_group = (a.shape[1] // g) * math.prod(a.shape[2:])  # explicit: N may be 0
+    return a.reshape(a.shape[0], g, per_group)
+
+
+def _per_channel(p: np.ndarray, x: np.ndarray, cd: np.dtype) -> np.ndarray:
+    """(C,) -> (1, C, 1, ...) so a channel parameter broadcasts against (N, C, *S)."""
+    return p.astype(cd, copy=False).reshape((1, x.shape[1]) + (1,) * (x.ndim - 2))
+
+
+def _xhat(x: np.ndarray, mean: np.ndarray, rstd: np.ndarray, g: int) -> np.ndarray:
+    """The normalised input in the stats' dtype, shape (N, C, *S)."""
+    xg = _grouped(x.astype(rstd.dtype, copy=False), g)  # (N, G, m)
+    return ((xg - mean[:, :, None]) * rstd[:, :, None]).reshape(x.shape)
+
+
+def group_norm_forward(
+    x: Any, num_groups: int, gamma: Any, beta: Any, eps: float = 1e-5
+) -> tuple[np.ndarray, GroupNormCache]:
+    r"""Group normalisation (Wu & He, 2018).
+
+    .. math:: \hat x_{n,c,s} = (x_{n,c,s} - \mu_{n,g(c)})/\sqrt{\sigma^2_{n,g(c)} + \epsilon},
+        \quad y = \gamma_c \hat x + \beta_c
+
+    Parameters
+    ----------
+    x : float array (N, C, *S), at least 2-D.
+    num_groups : G >= 1 dividing C.
+    gamma, beta : (C,) float arrays or None.
+    eps : finite number > 0.
+
+    Returns
+    -------
+    out : x's shape and dtype. cache : :class:`~normlab.norms._cache.GroupNormCache` with
+        per-(sample, group) mean and rstd of shape (N, G).
+
+    Raises
+    ------
+    TypeError : non-float arrays, non-integer num_groups, non-number eps.
+    ValueError : x with fewer than 2 dims, num_groups < 1 or not dividing C, gamma/beta
+        not of shape (C,), eps <= 0 or not finite.
+
+    Example
+    -------
+    >>> x = np.arange(8.0).reshape(1, 4, 2)
+    >>> out, cache = group_norm_forward(x, 2, None, None)
+    >>> cache.mean.tolist()
+    [[1.5, 5.5]]
+    """
+    x = as_float_array(x, "x", min_ndim=2)
+    g = check_int(num_groups, "num_groups", minimum=1)
+    c = x.shape[1]
+    if c % g:
+        raise ValueError(
+            f"num_groups must divide the number of channels C = x.shape[1] = {c}; got {g}"
+        )
+    eps = check_eps(eps)
+    what = f"one value per channel, C = x.shape[1] = {c}"
+    gamma = check_param(gamma, "gamma", (c,), what)
+    beta = check_param(beta, "beta", (c,), what)
+    cd = compute_dtype_of(x, gamma, beta)
+    m, v = mean_var(_grouped(x.astype(cd, copy=False), g), (2,))  # (N, G, 1)
+    mean, rstd = m[:, :, 0], rstd_from(v, eps)[:, :, 0]  # (N, G)
+    out = _xhat(x, mean, rstd, g)  # (N, C, *S)
+    if gamma is not None:
+        out *= _per_channel(gamma, x, cd)
+    if beta is not None:
+        out += _per_channel(beta, x, cd)
+    return out.astype(x.dtype, copy=False), GroupNormCache(x, gamma, beta, mean, rstd, g, eps)
+
+
+def group_norm_backward(
+    dout: Any, cache: GroupNormCache
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+    r"""Gradients of GroupNorm: LayerNorm's backward within each (sample, group).
+
+    With :math:`h = \bar y \gamma_c` viewed as (N, G, m):
+    :math:`\bar x = \mathrm{rstd}(h - \mathrm{mean}(h) - \hat x\,\mathrm{mean}(h\hat x))`;
+    :math:`\bar\gamma_c = \sum_{n,s} \bar y \hat x`, :math:`\bar\beta_c = \sum_{n,s} \bar y`.
+
+    Parameters
+    ----------
+    dout : float array of x's shape. cache : from :func:`group_norm_forward`.
+
+    Returns
+    -------
+    dx : x's shape and dtype. dgamma, dbeta : (C,) in the parameter's dtype, or None.
+
+    Raises
+    ------
+    TypeError : wrong cache type or non-float dout. ValueError : dout not of x's shape.
+
+    Example
+    -------
+    >>> x = np.arange(8.0).reshape(1, 4, 2)
+    >>> out, cache = group_norm_forward(x, 2, np.ones(4), np.zeros(4))
+    >>> group_norm_backward(np.ones_like(x), cache)[2].tolist()
+    [2.0, 2.0, 2.0, 2.0]
+    """
+    if not isinstance(cache, GroupNormCache):
+        raise TypeError("cache must be the GroupNormCache returned by group_norm_forward; "
+                        f"got {type(cache).__name__}")
+    dout = check_dout(dout, cache.x)
+    x, g, cd = cache.x, cache.num_groups, cache.rstd.dtype
+    xhat = _xhat(x, cache.mean, cache.rstd, g)  # recomputed, (N, C, *S)
+    gd = dout.astype(cd, copy=False)
+    chan = (0, *range(2, x.ndim))  # every axis but C
+    dgamma = np.sum(gd * xhat, axis=chan) if cache.gamma is not None else None  # (C,)
+    dbeta = np.sum(gd, axis=chan) if cache.beta is not None else None  # (C,)
+    h = gd * _per_channel(cache.gamma, x, cd) if cache.gamma is not None else gd
+    if x.size == 0:
+        dx = np.zeros(x.shape, cd)
+    else:
+        hg, xg = _grouped(h, g), _grouped(xhat, g)  # (N, G, m)
+        dx = cache.rstd[:, :, None] * (
+            hg - hg.mean(axis=2, keepdims=True) - xg * (hg * xg).mean(axis=2, keepdims=True)
+        )
+    return (
+        dx.reshape(x.shape).astype(x.dtype, copy=False),
+        as_grad(dgamma, cache.gamma),
+        as_grad(dbeta, cache.beta),
+    )

@@ -1,0 +1,205 @@
+"""LayerNorm forward and backward (chapter Listing 16.1, equations 16.1 and 16.3).
+
+Dimension letters: B = leading dims (rows), F = the k normalised trailing dims.
+The reference implementations ``_layer_norm_forward_ref(x, gamma, beta, eps,
+normalized_ndim)`` and ``_layer_norm_backward_ref(dout, cache)`` are what a kernel
+registered as ``"layer_norm_forward"`` / ``"layer_norm_backward"`` must reproduce.
+The ``_core`` helpers compute in the compute dtype and are shared with the fused
+residual-add variants in :mod:`normlab.norms.add_norm`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from normlab._stats import mean_var, rstd_from
+from normlab._validate import as_float_array, check_eps
+from normlab.norms._cache import LayerNormCache
+from normlab.norms._common import (
+    as_grad,
+    check_dout,
+    check_param,
+    compute_dtype_of,
+    dispatch,
+    resolve_normalized_ndim,
+)
+
+__all__ = ["layer_norm_backward", "layer_norm_forward"]
+
+
+def validate_layer_norm(
+    x: Any, gamma: Any, beta: Any, eps: Any, normalized_ndim: Any
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None, float, int]:
+    """Check LayerNorm's arguments; return them as arrays, eps as float, k as int."""
+    x = as_float_array(x, "x", min_ndim=1)
+    eps = check_eps(eps)
+    k = resolve_normalized_ndim(x, normalized_ndim, gamma, beta)
+    feat = tuple(x.shape[x.ndim - k :])
+    what = f"the {k} normalised trailing dim(s) of x, x.shape = {x.shape}"
+    gamma = check_param(gamma, "gamma", feat, what)
+    beta = check_param(beta, "beta", feat, what)
+    return x, gamma, beta, eps, k
+
+
+def ln_forward_core(
+    x: np.ndarray, gamma: np.ndarray | None, beta: np.ndarray | None, eps: float, k: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """out (compute dtype, x's shape), mean and rstd (B) of LayerNorm over the last k dims."""
+    cd = compute_dtype_of(x, gamma, beta)
+    xc = x.astype(cd, copy=False)  # (*B, *F)
+    red = tuple(range(x.ndim - k, x.ndim))
+    mean, var = mean_var(xc, red)  # (*B, 1...)
+    rstd = rstd_from(var, eps)  # (*B, 1...)
+    out = (xc - mean) * rstd  # x_hat, (*B, *F)
+    if gamma is not None:
+        out *= gamma.astype(cd, copy=False)
+    if beta is not None:
+        out += beta.astype(cd, copy=False)
+    lead = x.shape[: x.ndim - k]
+    return out, mean.reshape(lead), rstd.reshape(lead)
+
+
+def ln_backward_core(
+    dout: np.ndarray, cache: LayerNormCache
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """dx, dgamma, dbeta in the compute dtype (``cache.rstd.dtype``)."""
+    cd = cache.rstd.dtype
+    x, k = cache.x, cache.normalized_ndim
+    lead, red = tuple(range(x.ndim - k)), tuple(range(x.ndim - k, x.ndim))
+    bshape = cache.rstd.shape + (1,) * k
+    mean, rstd = cache.mean.reshape(bshape), cache.rstd.reshape(bshape)  # (*B, 1...)
+    # recompute the norm: save memory at the cost of compute
+    xhat = (x.astype(cd, copy=False) - mean) * rstd  # (*B, *F)
+    g = dout.astype(cd, copy=False)  # (*B, *F)
+    dgamma = np.sum(g * xhat, axis=lead) if cache.gamma is not None else None  # (*F)
+    dbeta = np.sum(g, axis=lead) if cache.beta is not None else None  # (*F)
+    gh = g * cache.gamma.astype(cd, copy=False) if cache.gamma is not None else g
+    if x.size == 0:
+        return np.zeros(x.shape, cd), dgamma, dbeta
+    # (16.3): remove the mean direction and the x_hat direction, then undo the scaling
+    dx = rstd * (
+        gh
+        - np.mean(gh, axis=red, keepdims=True)
+        - xhat * np.mean(gh * xhat, axis=red, keepdims=True)
+    )
+    return dx, dgamma, dbeta
+
+
+def _layer_norm_forward_ref(
+    x: np.ndarray, gamma: np.ndarray | None, beta: np.ndarray | None, eps: float, k: int
+) -> tuple[np.ndarray, LayerNormCache]:
+    out, mean, rstd = ln_forward_core(x, gamma, beta, eps, k)
+    return out.astype(x.dtype, copy=False), LayerNormCache(x, gamma, beta, mean, rstd, eps, k)
+
+
+def _layer_norm_backward_ref(
+    dout: np.ndarray, cache: LayerNormCache
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+    dx, dgamma, dbeta = ln_backward_core(dout, cache)
+    return (
+        dx.astype(cache.x.dtype, copy=False),
+        as_grad(dgamma, cache.gamma),
+        as_grad(dbeta, cache.beta),
+    )
+
+
+def layer_norm_forward(
+    x: Any,
+    gamma: Any,
+    beta: Any,
+    eps: float = 1e-5,
+    *,
+    normalized_ndim: int | None = None,
+) -> tuple[np.ndarray, LayerNormCache]:
+    r"""Layer normalisation over the trailing dims of each example (Ba et al., 2016).
+
+    .. math:: \hat x = (x - \mu) / \sqrt{\sigma^2 + \epsilon},\quad y = \gamma \hat x + \beta
+
+    with the mean and biased variance taken over the last ``k`` dims of each row.
+
+    Parameters
+    ----------
+    x : float array (*B, *F); float16 / bfloat16 are computed in float32.
+    gamma, beta : float arrays of shape F (= ``x.shape[-k:]``) or None (no gain / no bias).
+    eps : finite number > 0 added to the variance.
+    normalized_ndim : k, the number of trailing dims to normalise. Default: ``gamma.ndim``
+        if gamma is given, else ``beta.ndim`` if beta is given, else 1.
+
+    Returns
+    -------
+    out : array of x's shape and dtype.
+    cache : :class:`~normlab.norms._cache.LayerNormCache` (references + per-row mean, rstd).
+
+    Raises
+    ------
+    TypeError : non-float x, gamma or beta; non-number eps or normalized_ndim.
+    ValueError : eps <= 0 or not finite; gamma/beta not of shape F; k outside [1, x.ndim].
+
+    Example
+    -------
+    >>> out, cache = layer_norm_forward(np.array([[1.0, 2.0, 3.0]]), None, None)
+    >>> np.round(out, 4)
+    array([[-1.2247,  0.    ,  1.2247]])
+
+    Notes
+    -----
+    Statistics are accumulated in float32 or float64 with a two-pass algorithm (see
+    :mod:`normlab._stats`), so rows with a large offset keep their precision.
+    """
+    args = validate_layer_norm(x, gamma, beta, eps, normalized_ndim)
+    result: tuple[np.ndarray, LayerNormCache] = dispatch(
+        "layer_norm_forward", _layer_norm_forward_ref, *args
+    )
+    return result
+
+
+def check_layer_norm_cache(cache: Any) -> LayerNormCache:
+    """The cache must come from ``layer_norm_forward`` (or ``add_layer_norm_forward``)."""
+    if not isinstance(cache, LayerNormCache):
+        raise TypeError(
+            "cache must be the LayerNormCache returned by layer_norm_forward; "
+            f"got {type(cache).__name__}"
+        )
+    return cache
+
+
+def layer_norm_backward(
+    dout: Any, cache: LayerNormCache
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+    r"""Gradients of LayerNorm given the upstream gradient (equation 16.3).
+
+    With :math:`g = \bar y \odot \gamma` and means over the normalised dims,
+    :math:`\bar x = \mathrm{rstd}\,(g - \mathrm{mean}(g) - \hat x\,\mathrm{mean}(g \hat x))`,
+    :math:`\bar\gamma = \sum_B \bar y \hat x`, :math:`\bar\beta = \sum_B \bar y`.
+
+    Parameters
+    ----------
+    dout : float array of x's shape.
+    cache : the cache returned by :func:`layer_norm_forward`.
+
+    Returns
+    -------
+    dx : x's shape and dtype. dgamma, dbeta : shape F in the parameter's dtype, or None when
+        the parameter was None. An empty batch gives zero parameter gradients.
+
+    Raises
+    ------
+    TypeError : a cache of the wrong type or a non-float dout.
+    ValueError : dout not of x's shape.
+
+    Example
+    -------
+    >>> x = np.array([[1.0, 2.0, 4.0]])
+    >>> out, cache = layer_norm_forward(x, np.ones(3), np.zeros(3))
+    >>> dx, dg, db = layer_norm_backward(np.ones_like(x), cache)
+    >>> float(abs(dx.sum())) < 1e-12, db.tolist()
+    (True, [1.0, 1.0, 1.0])
+    """
+    cache = check_layer_norm_cache(cache)
+    dout = check_dout(dout, cache.x)
+    result: tuple[np.ndarray, np.ndarray | None, np.ndarray | None] = dispatch(
+        "layer_norm_backward", _layer_norm_backward_ref, dout, cache
+    )
+    return result

@@ -1,0 +1,189 @@
+"""RMSNorm forward and backward (chapter Listing 16.2, equation 16.2).
+
+Dimension letters: B = leading dims (rows), F = the k normalised trailing dims.
+The references ``_rms_norm_forward_ref(x, weight, eps, offset, normalized_ndim)`` and
+``_rms_norm_backward_ref(dout, cache)`` are what kernels registered as
+``"rms_norm_forward"`` / ``"rms_norm_backward"`` must reproduce. The ``_core`` helpers
+compute in the compute dtype and are shared with :mod:`normlab.norms.add_norm`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from normlab._stats import mean_square, rstd_from
+from normlab._validate import as_float_array, check_eps, check_finite_real
+from normlab.norms._cache import RMSNormCache
+from normlab.norms._common import (
+    as_grad,
+    check_dout,
+    check_param,
+    compute_dtype_of,
+    dispatch,
+    resolve_normalized_ndim,
+)
+
+__all__ = ["rms_norm_backward", "rms_norm_forward"]
+
+
+def validate_rms_norm(
+    x: Any, weight: Any, eps: Any, offset: Any, normalized_ndim: Any
+) -> tuple[np.ndarray, np.ndarray | None, float, float, int]:
+    """Check RMSNorm's arguments; return x, weight, eps, offset, k."""
+    x = as_float_array(x, "x", min_ndim=1)
+    eps = check_eps(eps)
+    offset = check_finite_real(offset, "offset")
+    k = resolve_normalized_ndim(x, normalized_ndim, weight)
+    feat = tuple(x.shape[x.ndim - k :])
+    what = f"the {k} normalised trailing dim(s) of x, x.shape = {x.shape}"
+    weight = check_param(weight, "weight", feat, what)
+    return x, weight, eps, offset, k
+
+
+def _gain(weight: np.ndarray | None, offset: float, cd: np.dtype) -> np.ndarray | None:
+    """offset + weight in the compute dtype; None (gain 1) when there is no weight."""
+    if weight is None:
+        return None
+    return weight.astype(cd) + offset if offset != 0.0 else weight.astype(cd, copy=False)
+
+
+def rms_forward_core(
+    x: np.ndarray, weight: np.ndarray | None, eps: float, offset: float, k: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """out (compute dtype, x's shape) and rstd (B) of RMSNorm over the last k dims."""
+    cd = compute_dtype_of(x, weight)
+    xc = x.astype(cd, copy=False)  # (*B, *F)
+    rstd = rstd_from(mean_square(xc, tuple(range(x.ndim - k, x.ndim))), eps)  # (*B, 1...)
+    out = xc * rstd  # (*B, *F)
+    gain = _gain(weight, offset, cd)
+    if gain is not None:
+        out *= gain
+    return out, rstd.reshape(x.shape[: x.ndim - k])
+
+
+def rms_backward_core(
+    dout: np.ndarray, cache: RMSNormCache
+) -> tuple[np.ndarray, np.ndarray | None]:
+    """dx and dweight in the compute dtype (``cache.rstd.dtype``)."""
+    cd = cache.rstd.dtype
+    x, k = cache.x, cache.normalized_ndim
+    lead, red = tuple(range(x.ndim - k)), tuple(range(x.ndim - k, x.ndim))
+    rstd = cache.rstd.reshape(cache.rstd.shape + (1,) * k)  # (*B, 1...)
+    xhat = x.astype(cd, copy=False) * rstd  # recomputed, (*B, *F)
+    g = dout.astype(cd, copy=False)  # (*B, *F)
+    dweight = np.sum(g * xhat, axis=lead) if cache.weight is not None else None  # (*F)
+    gain = _gain(cache.weight, cache.offset, cd)
+    gh = g * gain if gain is not None else g
+    if x.size == 0:
+        return np.zeros(x.shape, cd), dweight
+    # d(x * r)/dx with r = (mean(x^2) + eps)^(-1/2): the RMS denominator only removes the
+    # x_hat direction (no mean term, unlike LayerNorm)
+    dx = rstd * (gh - xhat * np.mean(gh * xhat, axis=red, keepdims=True))
+    return dx, dweight
+
+
+def _rms_norm_forward_ref(
+    x: np.ndarray, weight: np.ndarray | None, eps: float, offset: float, k: int
+) -> tuple[np.ndarray, RMSNormCache]:
+    out, rstd = rms_forward_core(x, weight, eps, offset, k)
+    return out.astype(x.dtype, copy=False), RMSNormCache(x, weight, rstd, eps, offset, k)
+
+
+def _rms_norm_backward_ref(
+    dout: np.ndarray, cache: RMSNormCache
+) -> tuple[np.ndarray, np.ndarray | None]:
+    dx, dweight = rms_backward_core(dout, cache)
+    return dx.astype(cache.x.dtype, copy=False), as_grad(dweight, cache.weight)
+
+
+def rms_norm_forward(
+    x: Any,
+    weight: Any,
+    eps: float = 1e-8,
+    *,
+    offset: float = 0.0,
+    normalized_ndim: int | None = None,
+) -> tuple[np.ndarray, RMSNormCache]:
+    r"""Root-mean-square normalisation of each row (Zhang & Sennrich, 2019).
+
+    .. math:: y = (\mathrm{offset} + w) \odot x / \sqrt{\mathrm{mean}(x^2) + \epsilon}
+
+    ``offset=1.0`` gives the zero-centred gain of Gemma-style models (weights stored as
+    ``gain - 1``).
+
+    Parameters
+    ----------
+    x : float array (*B, *F); float16 / bfloat16 are computed in float32.
+    weight : float array of shape F or None (gain 1; ``offset`` is then unused).
+    eps : finite number > 0 added to the mean square (default 1e-8, the listing's).
+    offset : finite number added to the weight.
+    normalized_ndim : number of trailing dims to normalise (default ``weight.ndim`` or 1).
+
+    Returns
+    -------
+    out : x's shape and dtype. cache : :class:`~normlab.norms._cache.RMSNormCache`.
+
+    Raises
+    ------
+    TypeError : non-float x / weight, non-number eps / offset / normalized_ndim.
+    ValueError : eps <= 0 or not finite, offset not finite, weight not of shape F,
+        k outside [1, x.ndim].
+
+    Example
+    -------
+    >>> out, _ = rms_norm_forward(np.array([[3.0, 4.0]]), None, eps=1e-12)
+    >>> np.round(out, 6)
+    array([[0.848528, 1.131371]])
+    """
+    args = validate_rms_norm(x, weight, eps, offset, normalized_ndim)
+    result: tuple[np.ndarray, RMSNormCache] = dispatch(
+        "rms_norm_forward", _rms_norm_forward_ref, *args
+    )
+    return result
+
+
+def check_rms_norm_cache(cache: Any) -> RMSNormCache:
+    """The cache must come from ``rms_norm_forward`` (or ``add_rms_norm_forward``)."""
+    if not isinstance(cache, RMSNormCache):
+        raise TypeError(
+            f"cache must be the RMSNormCache returned by rms_norm_forward; "
+            f"got {type(cache).__name__}"
+        )
+    return cache
+
+
+def rms_norm_backward(dout: Any, cache: RMSNormCache) -> tuple[np.ndarray, np.ndarray | None]:
+    r"""Gradients of RMSNorm.
+
+    With :math:`g = \bar y \odot (\mathrm{offset} + w)` and :math:`\hat x = x\,\mathrm{rstd}`:
+    :math:`\bar x = \mathrm{rstd}\,(g - \hat x\,\mathrm{mean}(g \hat x))`,
+    :math:`\bar w = \sum_B \bar y \hat x`.
+
+    Parameters
+    ----------
+    dout : float array of x's shape.
+    cache : the cache returned by :func:`rms_norm_forward`.
+
+    Returns
+    -------
+    dx : x's shape and dtype. dweight : shape F in weight's dtype, or None without weight.
+
+    Raises
+    ------
+    TypeError : wrong cache type or non-float dout. ValueError : dout not of x's shape.
+
+    Example
+    -------
+    >>> out, cache = rms_norm_forward(np.array([[3.0, 4.0]]), np.ones(2))
+    >>> dx, dw = rms_norm_backward(np.ones((1, 2)), cache)
+    >>> dw.shape
+    (2,)
+    """
+    cache = check_rms_norm_cache(cache)
+    dout = check_dout(dout, cache.x)
+    result: tuple[np.ndarray, np.ndarray | None] = dispatch(
+        "rms_norm_backward", _rms_norm_backward_ref, dout, cache
+    )
+    return result
