@@ -2,10 +2,55 @@
 
 The functional core (``*_forward`` / ``*_backward`` pairs) is re-exported here; layers live
 in :mod:`normlab.nn`, float formats and mixed precision in :mod:`normlab.precision`.
+``normlab.gradcheck`` is the finite-difference checker (module
+:mod:`normlab.gradcheck`, function of the same name, as ``torch.autograd.gradcheck``).
 """
 
 from __future__ import annotations
 
+from normlab.dropout import inverted_dropout, inverted_dropout_backward
+from normlab.gradcheck import GradcheckError, gradcheck
+from normlab.norms import (
+    BatchNormCache,
+    GroupNormCache,
+    LayerNormCache,
+    RMSNormCache,
+    add_layer_norm_backward,
+    add_layer_norm_forward,
+    add_rms_norm_backward,
+    add_rms_norm_forward,
+    batch_norm_backward,
+    batch_norm_forward,
+    group_norm_backward,
+    group_norm_forward,
+    layer_norm_backward,
+    layer_norm_forward,
+    rms_norm_backward,
+    rms_norm_forward,
+)
+
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+__all__ = [
+    "BatchNormCache",
+    "GradcheckError",
+    "GroupNormCache",
+    "LayerNormCache",
+    "RMSNormCache",
+    "__version__",
+    "add_layer_norm_backward",
+    "add_layer_norm_forward",
+    "add_rms_norm_backward",
+    "add_rms_norm_forward",
+    "batch_norm_backward",
+    "batch_norm_forward",
+    "gradcheck",
+    "group_norm_backward",
+    "group_norm_forward",
+    "inverted_dropout",
+    "inverted_dropout_backward",
+    "layer_norm_backward",
+    "layer_norm_forward",
+    "rms_norm_backward",
+    "rms_norm_forward",
+]
