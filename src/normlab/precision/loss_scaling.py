@@ -115,9 +115,10 @@ def _scale_loss(loss: Any, scale: float) -> Any:
     if isinstance(loss, (int, float)):
         return float(loss) * scale
     arr = as_float_array(loss, "loss")
-    work = np.float64 if arr.dtype == np.float64 else np.float32
+    work = np.dtype(np.float64 if arr.dtype == np.float64 else np.float32)
+    wide: np.ndarray = arr.astype(work)
     with np.errstate(over="ignore", invalid="ignore"):
-        out = (arr.astype(work) * work(scale)).astype(arr.dtype)
+        out = (wide * work.type(scale)).astype(arr.dtype)
     return out if isinstance(loss, np.ndarray) and loss.ndim > 0 else out[()]
 
 
