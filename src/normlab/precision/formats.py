@@ -1,0 +1,345 @@
+"""Binary floating-point formats as data: a frozen :class:`Format` and the named instances.
+
+A format with ``e`` exponent bits, ``m`` mantissa bits and bias ``b`` encodes the value
+
+    normal     (-1)^s * 2^(E - b) * (1 + M / 2^m)      exponent field E >= 1
+    subnormal  (-1)^s * 2^(1 - b) * (M / 2^m)          exponent field E == 0
+
+The conventions that differ between formats are fields: whether the top exponent field is
+reserved for infinities and NaNs (``NanConvention.IEEE``), whether only the all-ones code of
+each sign is NaN (``NanConvention.FN``, the "finite" fp8 formats), or whether every code is
+a finite number (``NanConvention.NONE``: fp6, fp4). A format without subnormals either keeps
+exponent field 0 for zero only (flush-to-zero) or, with ``has_zero=False``, uses it as an
+ordinary binade (E8M0, the OCP MX scale format: 2^-127 ... 2^127, no zero, NaN = 0xFF).
+
+References: IEEE 754-2019; Micikevicius et al., "FP8 Formats for Deep Learning" (2022);
+OCP Microscaling Formats (MX) v1.0 (2023).
+
+Example
+-------
+>>> get_format("e4m3").max
+448.0
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "BFLOAT16",
+    "FLOAT4_E2M1FN",
+    "FLOAT6_E2M3FN",
+    "FLOAT6_E3M2FN",
+    "FLOAT8_E4M3FN",
+    "FLOAT8_E5M2",
+    "FLOAT8_E8M0FNU",
+    "FLOAT16",
+    "FLOAT32",
+    "NAMED_FORMATS",
+    "Format",
+    "NanConvention",
+    "formats_table",
+    "get_format",
+]
+
+
+class NanConvention(enum.Enum):
+    """How a format spends codes on NaN (and infinity)."""
+
+    IEEE = "ieee"  # top exponent field: mantissa 0 is +-inf, any other mantissa is NaN
+    FN = "fn"  # no infinities; only the all-ones magnitude code of each sign is NaN
+    NONE = "none"  # no NaN and no infinity: every code is a finite number
+
+
+@dataclass(frozen=True)
+class Format:
+    """A binary float format: sign, ``exponent_bits``, ``mantissa_bits``, bias, specials.
+
+    Parameters
+    ----------
+    name : str
+        A label (the named formats use ml_dtypes' type names).
+    exponent_bits, mantissa_bits : int
+        Field widths; exponent_bits >= 1, mantissa_bits >= 0, at most 32 bits in total.
+    bias : int, optional
+        Exponent bias; default ``2**(exponent_bits - 1) - 1``.
+    has_infinity : bool
+        True exactly for the IEEE NaN convention (the top exponent field holds +-inf).
+    nan : NanConvention or str
+        ``"ieee"``, ``"fn"`` or ``"none"``.
+    has_subnormals : bool
+        Exponent field 0 holds subnormals (``M / 2^m * 2^(1 - bias)``).
+    signed : bool
+        Whether a sign bit exists; an unsigned format maps negative inputs to NaN.
+    has_zero : bool
+        False only together with ``has_subnormals=False``: exponent field 0 is then an
+        ordinary binade (E8M0). With ``has_subnormals=False, has_zero=True`` field 0 is
+        zero only and quantisation flushes results below ``min_normal`` to zero.
+
+    Raises
+    ------
+    ValueError
+        Impossible formats: no exponent bits, more than 32 bits, IEEE specials without
+        room for them, values outside float32's range (every value must be a float32).
+    """
+
+    name: str
+    exponent_bits: int
+    mantissa_bits: int
+    bias: int = field(default=None)  # type: ignore[assignment]  # resolved in __post_init__
+    has_infinity: bool = True
+    nan: NanConvention = NanConvention.IEEE
+    has_subnormals: bool = True
+    signed: bool = True
+    has_zero: bool = True
+
+    def __post_init__(self) -> None:
+        e, m = self.exponent_bits, self.mantissa_bits
+        for label, v in (("exponent_bits", e), ("mantissa_bits", m)):
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise TypeError(f"Format {label} must be an int; got {v!r}")
+        if e < 1:
+            raise ValueError(f"Format needs at least one exponent bit; got exponent_bits={e}")
+        if m < 0:
+            raise ValueError(f"Format mantissa_bits must be >= 0; got {m}")
+        if self.bias is None:
+            object.__setattr__(self, "bias", 2 ** (e - 1) - 1)
+        elif isinstance(self.bias, bool) or not isinstance(self.bias, int):
+            raise TypeError(f"Format bias must be an int or None; got {self.bias!r}")
+        try:
+            object.__setattr__(self, "nan", NanConvention(self.nan))
+        except ValueError:
+            raise ValueError(
+                f"Format nan must be one of {[c.value for c in NanConvention]}; got {self.nan!r}"
+            ) from None
+        self._check_conventions()
+        if self.bits > 32:
+            raise ValueError(
+                f"Format {self.name!r} has {self.bits} bits; at most 32 (float32) are supported"
+            )
+        if m > 23 or self.emax > 127 or self.emin - (m if self.has_subnormals else 0) < -149:
+            raise ValueError(
+                f"Format {self.name!r} (E{e}M{m}, bias {self.bias}) is not within float32's "
+                f"range: need mantissa_bits <= 23, emax <= 127 and smallest value >= 2^-149; "
+                f"got emax={self.emax}, emin={self.emin}"
+            )
+        if self.emax < self.emin:
+            raise ValueError(f"Format {self.name!r} has no finite normal numbers")
+
+    def _check_conventions(self) -> None:
+        ieee = self.nan is NanConvention.IEEE
+        if self.has_infinity != ieee:
+            raise ValueError(
+                "Format has_infinity=True goes with nan='ieee' (the top exponent field "
+                f"holds inf and NaN) and only with it; got has_infinity={self.has_infinity}, "
+                f"nan={self.nan.value!r}"
+            )
+        if ieee and (self.exponent_bits < 2 or self.mantissa_bits < 1):
+            raise ValueError(
+                "IEEE specials need exponent_bits >= 2 and mantissa_bits >= 1 (room for inf "
+                f"and NaN); got E{self.exponent_bits}M{self.mantissa_bits}"
+            )
+        if not self.has_zero and self.has_subnormals:
+            raise ValueError("has_zero=False requires has_subnormals=False (E8M0 convention)")
+        if not self.signed and self.nan is NanConvention.NONE:
+            raise ValueError("an unsigned format needs a NaN code for negative inputs")
+        if self.nan is NanConvention.FN and self.exponent_bits + self.mantissa_bits < 2:
+            raise ValueError("nan='fn' needs at least two magnitude bits")
+
+    # ----- finfo-like properties -------------------------------------------------------
+    @property
+    def bits(self) -> int:
+        """Total storage bits: sign (if signed) + exponent + mantissa."""
+        return int(self.signed) + self.exponent_bits + self.mantissa_bits
+
+    @property
+    def has_nan(self) -> bool:
+        """True unless the format spends no code on NaN (fp6, fp4)."""
+        return self.nan is not NanConvention.NONE
+
+    @property
+    def emax(self) -> int:
+        """Unbiased exponent of the largest finite binade."""
+        top = 2**self.exponent_bits - 1
+        if self.nan is NanConvention.IEEE or (
+            self.nan is NanConvention.FN and self.mantissa_bits == 0
+        ):
+            top -= 1  # the all-ones exponent field holds no finite number
+        return top - self.bias
+
+    @property
+    def emin(self) -> int:
+        """Unbiased exponent of the smallest normal binade."""
+        return (1 if self.has_zero else 0) - self.bias
+
+    @property
+    def max_significand(self) -> int:
+        """Largest integer significand (implicit bit included) in the top binade."""
+        full = 2 ** (self.mantissa_bits + 1) - 1
+        if self.nan is NanConvention.FN and self.mantissa_bits > 0:
+            return full - 1  # the all-ones mantissa of the top binade is NaN
+        return full
+
+    @property
+    def max(self) -> float:
+        """Largest finite value: ``max_significand * 2^(emax - m)``."""
+        return float(self.max_significand * 2.0 ** (self.emax - self.mantissa_bits))
+
+    @property
+    def min_normal(self) -> float:
+        """Smallest positive normal value ``2^emin`` (finfo's ``tiny``)."""
+        return float(2.0**self.emin)
+
+    @property
+    def min_subnormal(self) -> float:
+        """Smallest positive value: ``2^(emin - m)``, or ``min_normal`` without subnormals."""
+        if not self.has_subnormals:
+            return self.min_normal
+        return float(2.0 ** (self.emin - self.mantissa_bits))
+
+    @property
+    def eps(self) -> float:
+        """Gap between 1 and the next larger value: ``2^-m``."""
+        return float(2.0**-self.mantissa_bits)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+# Named formats. Constants as hex floats (decimal in parentheses), as ml_dtypes.finfo has them.
+FLOAT32 = Format("float32", 8, 23)
+# max 0x1.fffffep+127 (3.4028235e38), min_normal 0x1p-126 (1.1754944e-38),
+# min_subnormal 0x1p-149 (1.4e-45), eps 0x1p-23 (1.1920929e-07)
+BFLOAT16 = Format("bfloat16", 8, 7)
+# max 0x1.fep+127 (3.3895314e38), min_normal 0x1p-126, min_subnormal 0x1p-133 (9.18e-41),
+# eps 0x1p-7 (0.0078125)
+FLOAT16 = Format("float16", 5, 10)
+# max 0x1.ffcp+15 (65504), min_normal 0x1p-14 (6.1035156e-05),
+# min_subnormal 0x1p-24 (5.9604645e-08), eps 0x1p-10 (0.0009765625)
+FLOAT8_E4M3FN = Format("float8_e4m3fn", 4, 3, has_infinity=False, nan=NanConvention.FN)
+# max 0x1.cp+8 (448), min_normal 0x1p-6 (0.015625), min_subnormal 0x1p-9 (0.001953125),
+# eps 0x1p-3 (0.125); NaN = 0x7f / 0xff, no infinity
+FLOAT8_E5M2 = Format("float8_e5m2", 5, 2)
+# max 0x1.cp+15 (57344), min_normal 0x1p-14 (6.1035156e-05),
+# min_subnormal 0x1p-16 (1.5258789e-05), eps 0x1p-2 (0.25)
+FLOAT6_E3M2FN = Format("float6_e3m2fn", 3, 2, has_infinity=False, nan=NanConvention.NONE)
+# max 0x1.cp+4 (28), min_normal 0x1p-2 (0.25), min_subnormal 0x1p-4 (0.0625), eps 0x1p-2
+FLOAT6_E2M3FN = Format("float6_e2m3fn", 2, 3, has_infinity=False, nan=NanConvention.NONE)
+# max 0x1.ep+2 (7.5), min_normal 0x1p+0 (1), min_subnormal 0x1p-3 (0.125), eps 0x1p-3
+FLOAT4_E2M1FN = Format("float4_e2m1fn", 2, 1, has_infinity=False, nan=NanConvention.NONE)
+# max 0x1.8p+2 (6), min_normal 0x1p+0 (1), min_subnormal 0x1p-1 (0.5), eps 0x1p-1
+FLOAT8_E8M0FNU = Format(
+    "float8_e8m0fnu", 8, 0, has_infinity=False, nan=NanConvention.FN,
+    has_subnormals=False, signed=False, has_zero=False,
+)
+# max 0x1p+127 (1.7014118e38), min_normal = min_subnormal 0x1p-127 (5.877472e-39),
+# eps 0x1p+0 (1); no zero, NaN = 0xff
+
+NAMED_FORMATS: tuple[Format, ...] = (
+    FLOAT32, BFLOAT16, FLOAT16, FLOAT8_E4M3FN, FLOAT8_E5M2,
+    FLOAT6_E3M2FN, FLOAT6_E2M3FN, FLOAT4_E2M1FN, FLOAT8_E8M0FNU,
+)
+
+_ALIASES: dict[str, Format] = {}
+for _fmt, _names in (
+    (FLOAT32, ("fp32", "f32", "float32", "single", "e8m23")),
+    (BFLOAT16, ("bf16", "bfloat16", "e8m7")),
+    (FLOAT16, ("fp16", "f16", "half", "float16", "e5m10")),
+    (FLOAT8_E4M3FN, ("e4m3", "e4m3fn", "fp8_e4m3", "fp8_e4m3fn", "float8_e4m3fn")),
+    (FLOAT8_E5M2, ("e5m2", "fp8_e5m2", "float8_e5m2")),
+    (FLOAT6_E3M2FN, ("e3m2", "e3m2fn", "fp6_e3m2", "fp6_e3m2fn", "float6_e3m2fn")),
+    (FLOAT6_E2M3FN, ("e2m3", "e2m3fn", "fp6_e2m3", "fp6_e2m3fn", "float6_e2m3fn")),
+    (FLOAT4_E2M1FN, ("fp4", "e2m1", "e2m1fn", "fp4_e2m1", "fp4_e2m1fn", "float4_e2m1fn")),
+    (FLOAT8_E8M0FNU, ("e8m0", "e8m0fnu", "ue8m0", "fp8_e8m0", "float8_e8m0fnu")),
+):
+    for _n in _names:
+        _ALIASES[_n] = _fmt
+
+# "e3m4", "float8_e3m4", "e4m3fn", "e5m2fnu": any ExMy, IEEE specials unless "fn"/"fnu".
+_EXMY = re.compile(r"^(?:(?:float|fp)(\d+)_)?e(\d+)m(\d+)(fn|fnu)?$")
+
+
+def _parse_exmy(key: str) -> Format | None:
+    match = _EXMY.match(key)
+    if match is None:
+        return None
+    width, e, m, suffix = match.groups()
+    e_bits, m_bits = int(e), int(m)
+    signed = suffix != "fnu"
+    if width is not None and int(width) != int(signed) + e_bits + m_bits:
+        raise ValueError(f"format name {key!r}: {width} bits do not hold a sign, E{e}, M{m}")
+    if suffix is None:
+        return Format(key, e_bits, m_bits)
+    return Format(key, e_bits, m_bits, has_infinity=False, nan=NanConvention.FN, signed=signed,
+                  has_subnormals=signed, has_zero=signed)
+
+
+def get_format(name_or_format: Any) -> Format:
+    """Return the :class:`Format` for a name, alias, dtype or ``Format``.
+
+    Accepts the named formats' ml_dtypes names (``"float8_e4m3fn"``), the common aliases
+    (``bf16``, ``fp16``, ``half``, ``e4m3``, ``e5m2``, ``fp6_e3m2``, ``fp4``, ``e8m0``, ...),
+    numpy/ml_dtypes dtypes of those types, and any ``"eXmY"`` (IEEE specials) or
+    ``"eXmYfn"`` (finite, all-ones NaN) within float32's range. Case-insensitive.
+
+    Raises
+    ------
+    ValueError
+        Unknown name (the message lists the known ones) or an impossible ExMy.
+    TypeError
+        Neither a str, a dtype nor a Format.
+
+    Example
+    -------
+    >>> get_format("bf16") is BFLOAT16
+    True
+    """
+    if isinstance(name_or_format, Format):
+        return name_or_format
+    if not isinstance(name_or_format, str):
+        try:
+            import numpy as np
+
+            name_or_format = np.dtype(name_or_format).name
+        except TypeError:
+            raise TypeError(
+                f"fmt must be a Format or a format name; got {type(name_or_format).__name__} "
+                f"{name_or_format!r}"
+            ) from None
+    key = name_or_format.strip().lower().replace("-", "_")
+    if key in _ALIASES:
+        return _ALIASES[key]
+    parsed = _parse_exmy(key)
+    if parsed is not None:
+        return parsed
+    raise ValueError(
+        f"unknown float format {name_or_format!r}; known names: {', '.join(sorted(_ALIASES))} "
+        "(or any 'eXmY' / 'eXmYfn' within float32's range, or a Format)"
+    )
+
+
+def formats_table() -> str:
+    """A plain-text table of the named formats and their finfo-like constants.
+
+    Example
+    -------
+    >>> print(formats_table().splitlines()[0])  # doctest: +ELLIPSIS
+    name ...
+    """
+    header = ("name", "bits", "E", "M", "bias", "inf", "NaN", "subn", "max", "min_normal",
+              "min_subnormal", "eps")
+    rows = [header]
+    for f in NAMED_FORMATS:
+        rows.append((
+            f.name, str(f.bits), str(f.exponent_bits), str(f.mantissa_bits), str(f.bias),
+            "yes" if f.has_infinity else "no", f.nan.value,
+            "yes" if f.has_subnormals else "no",
+            f"{f.max:.6g}", f"{f.min_normal:.6g}", f"{f.min_subnormal:.6g}", f"{f.eps:.6g}",
+        ))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
