@@ -1,0 +1,163 @@
+"""Elementwise rounding of float32/float64 bit patterns to a small binary float (numba).
+
+Dimension letters: N elements (the flattened C-order input).
+
+Contract: ``round_into(xbits, out, ...)`` reads the unsigned bits of each input element
+(uint32 for float32, uint64 for float64) and writes the bits of the rounded value, in the
+input's own format, to ``out``. The target is described by integers only (no Format object
+crosses into numba): m mantissa bits, emin/emax the unbiased exponents of the smallest and
+largest normal binade, ``maxmant`` the largest significand (with the implicit bit) in the
+top binade, and the bit patterns to write on overflow, for NaN and for infinities.
+
+Algorithm (integer only, one rounding, no detour through another float type): write
+|x| = sig * 2^(E - M) with sig the significand including the implicit bit. The target's
+quantum at that magnitude is 2^(max(E, emin) - m), so d = M - m + max(E, emin) - E low bits
+of sig are discarded: n = sig >> d, rem = sig mod 2^d, and the mode decides whether n goes
+up by one. The result is rebuilt on the input's own bits: when d <= M the discarded bits are the low d bits
+of the stored mantissa, so ((|x| >> d) + up) << d is exact (a carry moves into the
+exponent field, which is the next binade); when d > M the magnitude is below one target
+quantum q = 2^(emin - m) and the result is 0 or q. Every branch is a select, so LLVM
+vectorises the loop.
+
+Stochastic rounding: element i uses the 64-bit word w_i (from :mod:`._splitmix` or given);
+it rounds up iff rem + (w_i >> (64 - d)) >= 2^d, so P(up) = rem / 2^d exactly.
+No ``fastmath`` anywhere in this module: rounding must be exact.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+__all__ = ["round_away", "round_nearest", "round_stochastic", "round_zero", "splitmix64"]
+
+
+# One kernel per mode: a runtime mode switch inside the loop stops LLVM from vectorising it.
+# Shared arguments of every kernel (all unsigned integers of the input's bit width u):
+#   xbits, out (N,) u: input bits and output bits (float32 -> uint32, float64 -> uint64)
+#   m, emin: target mantissa bits and smallest normal exponent
+#   qbits: bits of the target's smallest quantum 2^(emin - m) in the input format
+#   maxbits: bits of the target's largest finite value; a rounded magnitude above it
+#       overflows and becomes ``ovf`` (inf, NaN or max, chosen by the caller)
+#   flush_bits: rounded magnitudes below it become 0 (targets without subnormals; else 0)
+#   inf_out: written for an infinite input; nan_keep: 1 keeps an input NaN, 0 writes nan_out
+# The sign is put back last, so -0.0 and negative values keep it.
+
+
+@njit(inline="always")
+def _split(a, u, M, B, m, emin):  # type: ignore[no-untyped-def]
+    """(d, dc, n, rem, half) of the magnitude bits ``a``: d discarded bits, dc = min(d, M+2).
+
+    ``u`` is the unsigned type of the bits; every operand is cast to it (numba would turn
+    mixed signed/unsigned arithmetic into float64 and stop the vectoriser).
+    """
+    one = u(1)
+    implicit = one << u(M)
+    eb = np.int32(a >> u(M))
+    sig = (a & (implicit - one)) | (implicit if eb != 0 else u(0))
+    e = max(eb, np.int32(1)) - np.int32(B)
+    d = np.int32(M - m) + max(np.int32(emin) - e, np.int32(0))
+    dc = u(min(d, np.int32(M + 2)))  # beyond M + 2 every significand is below half a quantum
+    n = sig >> dc
+    rem = sig & ((one << dc) - one)
+    half = (one << dc) >> one
+    return d, dc, n, rem, half
+
+
+@njit(inline="always")
+def _join(a, s, u, up, d, dc, M, infb, qbits, maxbits, ovf, flush_bits,  # type: ignore[no-untyped-def]
+          inf_out, nan_keep, nan_out):
+    """Rebuild the rounded bits, then apply overflow, flush, inf and NaN rules; adds the sign."""
+    r = ((a >> dc) + (u(1) if up else u(0))) << dc
+    r = r if d <= M else (qbits if up else u(0))
+    r = ovf if r > maxbits else r
+    r = u(0) if r < flush_bits else r
+    r = inf_out if a == infb else r
+    r = (a if nan_keep else nan_out) if a > infb else r
+    return r | s
+
+
+@njit(inline="always")
+def _consts(xbits):  # type: ignore[no-untyped-def]
+    """(u, M, B, sign bit, infinity bits) of the input format of the bits array ``xbits``.
+
+    Derived from the item size, a compile-time constant, so LLVM folds the shifts.
+    """
+    u = xbits.dtype.type
+    width = xbits.itemsize * 8
+    M = 23 if width == 32 else 52
+    B = 127 if width == 32 else 1023
+    signbit = u(1) << u(width - 1)
+    infb = (signbit - u(1)) & ~((u(1) << u(M)) - u(1))
+    return u, M, B, signbit, infb
+
+
+@njit(parallel=True, cache=True)
+def round_nearest(xbits, out, m, emin, qbits, maxbits, ovf, flush_bits,  # type: ignore[no-untyped-def]
+                  inf_out, nan_keep, nan_out):
+    """Round to nearest, ties to even (the kept significand n stays even on a tie)."""
+    u, M, B, signbit, infb = _consts(xbits)
+    for i in prange(xbits.shape[0]):
+        s = xbits[i] & signbit
+        a = xbits[i] ^ s
+        d, dc, n, rem, half = _split(a, u, M, B, m, emin)
+        up = (rem > half) | ((rem == half) & (half != u(0)) & ((n & u(1)) == u(1)))
+        out[i] = _join(a, s, u, up, d, dc, M, infb, qbits, maxbits, ovf, flush_bits,
+                       inf_out, nan_keep, nan_out)
+
+
+@njit(parallel=True, cache=True)
+def round_away(xbits, out, m, emin, qbits, maxbits, ovf, flush_bits,  # type: ignore[no-untyped-def]
+               inf_out, nan_keep, nan_out):
+    """Round to nearest, ties away from zero."""
+    u, M, B, signbit, infb = _consts(xbits)
+    for i in prange(xbits.shape[0]):
+        s = xbits[i] & signbit
+        a = xbits[i] ^ s
+        d, dc, n, rem, half = _split(a, u, M, B, m, emin)
+        up = (rem >= half) & (half != u(0))
+        out[i] = _join(a, s, u, up, d, dc, M, infb, qbits, maxbits, ovf, flush_bits,
+                       inf_out, nan_keep, nan_out)
+
+
+@njit(parallel=True, cache=True)
+def round_zero(xbits, out, m, emin, qbits, maxbits, ovf, flush_bits,  # type: ignore[no-untyped-def]
+               inf_out, nan_keep, nan_out):
+    """Round toward zero (truncate the discarded bits; overflow gives ``ovf``, usually max)."""
+    u, M, B, signbit, infb = _consts(xbits)
+    for i in prange(xbits.shape[0]):
+        s = xbits[i] & signbit
+        a = xbits[i] ^ s
+        d, dc, n, rem, half = _split(a, u, M, B, m, emin)
+        out[i] = _join(a, s, u, False, d, dc, M, infb, qbits, maxbits, ovf, flush_bits,
+                       inf_out, nan_keep, nan_out)
+
+
+@njit(inline="always")
+def splitmix64(z):  # type: ignore[no-untyped-def]
+    """SplitMix64 output for the 64-bit counter z (golden-gamma increment included)."""
+    z = z + np.uint64(0x9E3779B97F4A7C15)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+@njit(parallel=True, cache=True)
+def round_stochastic(xbits, out, m, emin, qbits, maxbits, ovf,  # type: ignore[no-untyped-def]
+                     flush_bits, inf_out, nan_keep, nan_out, words, seed, use_seed):
+    """Stochastic rounding: up iff rem + (w >> (64 - d)) >= 2^d (P(up) = rem / 2^d).
+
+    w is words[i] (explicit uint64 bits) or splitmix64(seed + i) when ``use_seed``; the
+    counter is the flat C-order index, so the result does not depend on the thread count.
+    """
+    u, M, B, signbit, infb = _consts(xbits)
+    for i in prange(xbits.shape[0]):
+        s = xbits[i] & signbit
+        a = xbits[i] ^ s
+        d, dc, n, rem, half = _split(a, u, M, B, m, emin)
+        w = splitmix64(np.uint64(seed) + np.uint64(i)) if use_seed else words[i]
+        dd = np.uint64(min(max(d, np.int32(1)), np.int32(63)))
+        top = w >> (np.uint64(64) - dd)
+        up = (d > 0) & (d < 64) & ((np.uint64(rem) + top) >= (np.uint64(1) << dd))
+        out[i] = _join(a, s, u, up, d, dc, M, infb, qbits, maxbits, ovf, flush_bits,
+                       inf_out, nan_keep, nan_out)
