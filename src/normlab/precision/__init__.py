@@ -5,6 +5,14 @@ from __future__ import annotations
 __all__: list[str] = []
 
 # --- formats, rounding, codes, chapter listings (owner: formats) ---
+from normlab.precision.codes import (
+    BitLayout,
+    bit_layout,
+    decode,
+    encode,
+    from_ml_dtypes,
+    to_ml_dtypes,
+)
 from normlab.precision.formats import (
     BFLOAT16,
     FLOAT4_E2M1FN,
@@ -21,6 +29,11 @@ from normlab.precision.formats import (
     formats_table,
     get_format,
 )
+from normlab.precision.listings import (
+    fp16_overflows_but_bfloat16_keeps_range,
+    loss_scaled_gradient,
+    round_to_bfloat16,
+)
 from normlab.precision.random_bits import splitmix64, stochastic_words
 from normlab.precision.rounding import RoundingMode, quantize
 
@@ -35,14 +48,23 @@ __all__ += [
     "FLOAT16",
     "FLOAT32",
     "NAMED_FORMATS",
+    "BitLayout",
     "Format",
     "NanConvention",
     "RoundingMode",
+    "bit_layout",
+    "decode",
+    "encode",
     "formats_table",
+    "fp16_overflows_but_bfloat16_keeps_range",
+    "from_ml_dtypes",
     "get_format",
+    "loss_scaled_gradient",
     "quantize",
+    "round_to_bfloat16",
     "splitmix64",
     "stochastic_words",
+    "to_ml_dtypes",
 ]
 
 # --- scaling and training (owner: scaling) ---
