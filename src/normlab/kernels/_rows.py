@@ -30,6 +30,8 @@ from numba import njit, prange
 
 __all__ = [
     "FAST",
+    "add_layer_norm_fwd",
+    "add_rms_norm_fwd",
     "chunk_count",
     "layer_norm_bwd",
     "layer_norm_fwd",
@@ -88,13 +90,15 @@ def rms_norm_fwd(x, gain, eps, out, rstd):  # type: ignore[no-untyped-def]
 
 
 @njit(parallel=True, cache=True, fastmath=FAST)
-def layer_norm_bwd(dy, x, mean, rstd, gamma, dx, pg, pb):  # type: ignore[no-untyped-def]
-    """dx = rstd * (g dy - mean(g dy) - x_hat mean(g dy x_hat)); pg, pb: (K, W) partial sums.
+def layer_norm_bwd(dy, x, mean, rstd, gamma, dres, dx, pg, pb):  # type: ignore[no-untyped-def]
+    """dx = rstd * (g dy - mean(g dy) - x_hat mean(g dy x_hat)) + dres; pg, pb: (K, W).
 
-    pg[k] and pb[k] receive sum(dy * x_hat) and sum(dy) over the rows of chunk k.
+    pg[k] and pb[k] receive sum(dy * x_hat) and sum(dy) over the rows of chunk k. ``dres``
+    is the residual-stream gradient of the add+norm variant (R, W), or a (0, 0) array.
     """
     R, W = x.shape  # dy, x, dx: (R, W); mean, rstd: (R,); gamma: (W,)
     K = pg.shape[0]
+    has_res = dres.shape[0] == R and R > 0
     for k in prange(K):
         lo = (R * k) // K
         hi = (R * (k + 1)) // K
@@ -117,15 +121,18 @@ def layer_norm_bwd(dy, x, mean, rstd, gamma, dx, pg, pb):  # type: ignore[no-unt
                 xh = (x[r, j] - mu) * rs
                 d = dy[r, j]
                 dx[r, j] = rs * (d * gamma[j] - a_t - xh * b_t)
+                if has_res:
+                    dx[r, j] += dres[r, j]
                 pg[k, j] += d * xh
                 pb[k, j] += d
 
 
 @njit(parallel=True, cache=True, fastmath=FAST)
-def rms_norm_bwd(dy, x, rstd, gain, dx, pg):  # type: ignore[no-untyped-def]
-    """dx = rstd * (g dy - x_hat mean(g dy x_hat)); pg: (K, W) partial sums of dy * x_hat."""
+def rms_norm_bwd(dy, x, rstd, gain, dres, dx, pg):  # type: ignore[no-untyped-def]
+    """dx = rstd * (g dy - x_hat mean(g dy x_hat)) + dres; pg: (K, W) sums of dy * x_hat."""
     R, W = x.shape  # dy, x, dx: (R, W); rstd: (R,); gain: (W,)
     K = pg.shape[0]
+    has_res = dres.shape[0] == R and R > 0
     for k in prange(K):
         lo = (R * k) // K
         hi = (R * (k + 1)) // K
@@ -141,4 +148,47 @@ def rms_norm_bwd(dy, x, rstd, gain, dx, pg):  # type: ignore[no-untyped-def]
                 xh = x[r, j] * rs
                 d = dy[r, j]
                 dx[r, j] = rs * (d * gain[j] - xh * b_t)
+                if has_res:
+                    dx[r, j] += dres[r, j]
                 pg[k, j] += d * xh
+
+
+@njit(parallel=True, cache=True, fastmath=FAST)
+def add_layer_norm_fwd(x, res, gamma, beta, eps, s, out, mean, rstd):  # type: ignore[no-untyped-def]
+    """s = x + res, then LayerNorm of s into out: the residual stream read once."""
+    R, W = x.shape  # x, res, s, out: (R, W)
+    for r in prange(R):
+        t = 0.0
+        for j in range(W):
+            v = x[r, j] + res[r, j]
+            s[r, j] = v
+            t += np.float64(v)
+        mu = t / W
+        q = 0.0
+        for j in range(W):
+            d = np.float64(s[r, j]) - mu
+            q += d * d
+        rs = 1.0 / np.sqrt(q / W + eps)
+        mu_t = x.dtype.type(mu)
+        rs_t = x.dtype.type(rs)
+        for j in range(W):
+            out[r, j] = (s[r, j] - mu_t) * rs_t * gamma[j] + beta[j]
+        mean[r] = mu
+        rstd[r] = rs
+
+
+@njit(parallel=True, cache=True, fastmath=FAST)
+def add_rms_norm_fwd(x, res, gain, eps, s, out, rstd):  # type: ignore[no-untyped-def]
+    """s = x + res, then RMSNorm of s into out."""
+    R, W = x.shape  # x, res, s, out: (R, W)
+    for r in prange(R):
+        q = 0.0
+        for j in range(W):
+            v = x[r, j] + res[r, j]
+            s[r, j] = v
+            q += np.float64(v) * np.float64(v)
+        rs = 1.0 / np.sqrt(q / W + eps)
+        rs_t = x.dtype.type(rs)
+        for j in range(W):
+            out[r, j] = s[r, j] * rs_t * gain[j]
+        rstd[r] = rs

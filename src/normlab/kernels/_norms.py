@@ -1,0 +1,216 @@
+"""LayerNorm / RMSNorm / add+norm kernels behind the functional API (dispatch adapters).
+
+Each function here receives exactly the validated arguments of the NumPy reference's
+private function (see :mod:`normlab.norms.layer_norm`, ``rms_norm``, ``add_norm``), returns
+the same result types with the same cache classes, or ``NotImplemented`` for inputs it
+does not serve: dtypes other than float32/float64, parameters or gradients of another dtype
+than x (the reference then computes in the wider dtype), and empty arrays. So a kernel
+forward pairs with a reference backward and vice versa.
+
+Dimension letters: R rows (leading dims flattened), W width (normalised dims flattened),
+K row chunks of the parameter-gradient reduction.
+
+Layouts: the row kernels take C-contiguous (R, W) arrays; any other layout is copied with
+``np.ascontiguousarray`` first (one extra pass over the input, counted by the benchmark).
+The cache keeps a reference to the caller's array, as the reference does.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from normlab._backend import register
+from normlab.kernels import _rows
+from normlab.norms._cache import LayerNormCache, RMSNormCache
+
+__all__: list[str] = []  # the kernels are reached through normlab._backend only
+
+_SERVED = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _same_dtype(x: np.ndarray, *others: np.ndarray | None) -> bool:
+    """True when x is float32/float64, non-empty, and every given array has its dtype."""
+    if x.dtype not in _SERVED or x.size == 0:
+        return False
+    return all(a is None or a.dtype == x.dtype for a in others)
+
+
+def _rows_of(a: np.ndarray, k: int) -> np.ndarray:
+    """a as a C-contiguous (R, W) array (a view when a already is contiguous)."""
+    w = math.prod(a.shape[a.ndim - k :])
+    return np.ascontiguousarray(a).reshape(-1, w)  # (R, W)
+
+
+def _vec(p: np.ndarray | None, w: int, dtype: np.dtype, fill: float) -> np.ndarray:
+    """A parameter flattened to (W,), or a constant vector standing in for None."""
+    if p is None:
+        return np.full(w, fill, dtype)
+    return np.ascontiguousarray(p).reshape(w)
+
+
+def _grad_rows(dout: np.ndarray, x2: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(dout).reshape(x2.shape)  # (R, W)
+
+
+def _reduce(part: np.ndarray, like: np.ndarray | None) -> np.ndarray | None:
+    """Sum the (K, W) chunk partials in chunk order; shape and dtype of the parameter."""
+    if like is None:
+        return None
+    return part.sum(axis=0).astype(like.dtype).reshape(like.shape)
+
+
+_NO_RES = np.zeros((0, 0))
+
+
+@register("layer_norm_forward")
+def layer_norm_forward(
+    x: np.ndarray, gamma: np.ndarray | None, beta: np.ndarray | None, eps: float, k: int
+) -> Any:
+    """Kernel of ``_layer_norm_forward_ref``: one fused sweep per row."""
+    if not _same_dtype(x, gamma, beta):
+        return NotImplemented
+    x2 = _rows_of(x, k)  # (R, W)
+    r, w = x2.shape
+    out = np.empty((r, w), x.dtype)
+    mean, rstd = np.empty(r, x.dtype), np.empty(r, x.dtype)  # (R,)
+    g, b = _vec(gamma, w, x.dtype, 1.0), _vec(beta, w, x.dtype, 0.0)
+    _rows.layer_norm_fwd(x2, g, b, eps, out, mean, rstd)
+    lead = x.shape[: x.ndim - k]
+    cache = LayerNormCache(x, gamma, beta, mean.reshape(lead), rstd.reshape(lead), eps, k)
+    return out.reshape(x.shape), cache
+
+
+def _ln_backward(dout: np.ndarray, dres: np.ndarray | None, cache: LayerNormCache) -> Any:
+    x, k = cache.x, cache.normalized_ndim
+    if not _same_dtype(x, dout, dres, cache.gamma, cache.beta, cache.mean, cache.rstd):
+        return NotImplemented
+    x2 = _rows_of(x, k)  # (R, W)
+    r, w = x2.shape
+    kk = _rows.chunk_count(r)
+    pg, pb = np.empty((kk, w)), np.empty((kk, w))  # (K, W) float64 partial sums
+    dx = np.empty((r, w), x.dtype)
+    res = _NO_RES.astype(x.dtype) if dres is None else _grad_rows(dres, x2)
+    _rows.layer_norm_bwd(
+        _grad_rows(dout, x2),
+        x2,
+        np.ascontiguousarray(cache.mean).reshape(r),
+        np.ascontiguousarray(cache.rstd).reshape(r),
+        _vec(cache.gamma, w, x.dtype, 1.0),
+        res,
+        dx,
+        pg,
+        pb,
+    )
+    return dx.reshape(x.shape), _reduce(pg, cache.gamma), _reduce(pb, cache.beta)
+
+
+@register("layer_norm_backward")
+def layer_norm_backward(dout: np.ndarray, cache: LayerNormCache) -> Any:
+    """Kernel of ``_layer_norm_backward_ref``: both row sums in one sweep, then dx."""
+    return _ln_backward(dout, None, cache)
+
+
+@register("add_layer_norm_backward")
+def add_layer_norm_backward(
+    dout: np.ndarray, dresidual: np.ndarray | None, cache: LayerNormCache
+) -> Any:
+    """Kernel of ``_add_layer_norm_backward_ref``: dresidual added in the dx sweep."""
+    return _ln_backward(dout, dresidual, cache)
+
+
+@register("rms_norm_forward")
+def rms_norm_forward(
+    x: np.ndarray, weight: np.ndarray | None, eps: float, offset: float, k: int
+) -> Any:
+    """Kernel of ``_rms_norm_forward_ref`` (gain = offset + weight)."""
+    if not _same_dtype(x, weight):
+        return NotImplemented
+    x2 = _rows_of(x, k)  # (R, W)
+    r, w = x2.shape
+    out, rstd = np.empty((r, w), x.dtype), np.empty(r, x.dtype)
+    _rows.rms_norm_fwd(x2, _gain(weight, offset, w, x.dtype), eps, out, rstd)
+    cache = RMSNormCache(x, weight, rstd.reshape(x.shape[: x.ndim - k]), eps, offset, k)
+    return out.reshape(x.shape), cache
+
+
+def _gain(weight: np.ndarray | None, offset: float, w: int, dtype: np.dtype) -> np.ndarray:
+    """offset + weight as (W,) in x's dtype; ones when there is no weight."""
+    g = _vec(weight, w, dtype, 1.0)
+    return (g + offset).astype(dtype) if (weight is not None and offset != 0.0) else g
+
+
+def _rms_backward(dout: np.ndarray, dres: np.ndarray | None, cache: RMSNormCache) -> Any:
+    x, k = cache.x, cache.normalized_ndim
+    if not _same_dtype(x, dout, dres, cache.weight, cache.rstd):
+        return NotImplemented
+    x2 = _rows_of(x, k)  # (R, W)
+    r, w = x2.shape
+    pg = np.empty((_rows.chunk_count(r), w))  # (K, W)
+    dx = np.empty((r, w), x.dtype)
+    res = _NO_RES.astype(x.dtype) if dres is None else _grad_rows(dres, x2)
+    gain = _gain(cache.weight, cache.offset, w, x.dtype)
+    rstd = np.ascontiguousarray(cache.rstd).reshape(r)
+    _rows.rms_norm_bwd(_grad_rows(dout, x2), x2, rstd, gain, res, dx, pg)
+    return dx.reshape(x.shape), _reduce(pg, cache.weight)
+
+
+@register("rms_norm_backward")
+def rms_norm_backward(dout: np.ndarray, cache: RMSNormCache) -> Any:
+    """Kernel of ``_rms_norm_backward_ref``."""
+    return _rms_backward(dout, None, cache)
+
+
+@register("add_rms_norm_backward")
+def add_rms_norm_backward(
+    dout: np.ndarray, dresidual: np.ndarray | None, cache: RMSNormCache
+) -> Any:
+    """Kernel of ``_add_rms_norm_backward_ref``."""
+    return _rms_backward(dout, dresidual, cache)
+
+
+@register("add_layer_norm_forward")
+def add_layer_norm_forward(
+    x: np.ndarray,
+    residual: np.ndarray,
+    gamma: np.ndarray | None,
+    beta: np.ndarray | None,
+    eps: float,
+    k: int,
+) -> Any:
+    """Kernel of ``_add_layer_norm_forward_ref``: the sum and its norm in one sweep."""
+    if not _same_dtype(x, residual, gamma, beta):
+        return NotImplemented
+    x2, res2 = _rows_of(x, k), _rows_of(residual, k)  # (R, W)
+    r, w = x2.shape
+    s, out = np.empty((r, w), x.dtype), np.empty((r, w), x.dtype)
+    mean, rstd = np.empty(r, x.dtype), np.empty(r, x.dtype)
+    g, b = _vec(gamma, w, x.dtype, 1.0), _vec(beta, w, x.dtype, 0.0)
+    _rows.add_layer_norm_fwd(x2, res2, g, b, eps, s, out, mean, rstd)
+    lead = x.shape[: x.ndim - k]
+    s = s.reshape(x.shape)
+    cache = LayerNormCache(s, gamma, beta, mean.reshape(lead), rstd.reshape(lead), eps, k)
+    return out.reshape(x.shape), s, cache
+
+
+@register("add_rms_norm_forward")
+def add_rms_norm_forward(
+    x: np.ndarray,
+    residual: np.ndarray,
+    weight: np.ndarray | None,
+    eps: float,
+    offset: float,
+    k: int,
+) -> Any:
+    """Kernel of ``_add_rms_norm_forward_ref``."""
+    if not _same_dtype(x, residual, weight):
+        return NotImplemented
+    x2, res2 = _rows_of(x, k), _rows_of(residual, k)  # (R, W)
+    r, w = x2.shape
+    s, out, rstd = np.empty((r, w), x.dtype), np.empty((r, w), x.dtype), np.empty(r, x.dtype)
+    _rows.add_rms_norm_fwd(x2, res2, _gain(weight, offset, w, x.dtype), eps, s, out, rstd)
+    s = s.reshape(x.shape)
+    cache = RMSNormCache(s, weight, rstd.reshape(x.shape[: x.ndim - k]), eps, offset, k)
+    return out.reshape(x.shape), s, cache
