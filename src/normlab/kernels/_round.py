@@ -13,9 +13,9 @@ Algorithm (integer only, one rounding, no detour through another float type): wr
 |x| = sig * 2^(E - M) with sig the significand including the implicit bit. The target's
 quantum at that magnitude is 2^(max(E, emin) - m), so d = M - m + max(E, emin) - E low bits
 of sig are discarded: n = sig >> d, rem = sig mod 2^d, and the mode decides whether n goes
-up by one. The result is rebuilt on the input's own bits: when d <= M the discarded bits are the low d bits
-of the stored mantissa, so ((|x| >> d) + up) << d is exact (a carry moves into the
-exponent field, which is the next binade); when d > M the magnitude is below one target
+up by one. The result is rebuilt on the input's own bits: when d <= M the discarded bits
+are the low d bits of the stored mantissa, so ((|x| >> d) + up) << d is exact (a carry moves
+into the exponent field, which is the next binade); when d > M the magnitude is below one target
 quantum q = 2^(emin - m) and the result is 0 or q. Every branch is a select, so LLVM
 vectorises the loop.
 
@@ -45,7 +45,7 @@ __all__ = ["round_away", "round_nearest", "round_stochastic", "round_zero", "spl
 
 
 @njit(inline="always")
-def _split(a, u, M, B, m, emin):  # type: ignore[no-untyped-def]
+def _split(a, u, M, B, m, emin):
     """(d, dc, n, rem, half) of the magnitude bits ``a``: d discarded bits, dc = min(d, M+2).
 
     ``u`` is the unsigned type of the bits; every operand is cast to it (numba would turn
@@ -65,7 +65,7 @@ def _split(a, u, M, B, m, emin):  # type: ignore[no-untyped-def]
 
 
 @njit(inline="always")
-def _join(a, s, u, up, d, dc, M, infb, qbits, maxbits, ovf, flush_bits,  # type: ignore[no-untyped-def]
+def _join(a, s, u, up, d, dc, M, infb, qbits, maxbits, ovf, flush_bits,
           inf_out, nan_keep, nan_out):
     """Rebuild the rounded bits, then apply overflow, flush, inf and NaN rules; adds the sign."""
     r = ((a >> dc) + (u(1) if up else u(0))) << dc
@@ -78,7 +78,7 @@ def _join(a, s, u, up, d, dc, M, infb, qbits, maxbits, ovf, flush_bits,  # type:
 
 
 @njit(inline="always")
-def _consts(xbits):  # type: ignore[no-untyped-def]
+def _consts(xbits):
     """(u, M, B, sign bit, infinity bits) of the input format of the bits array ``xbits``.
 
     Derived from the item size, a compile-time constant, so LLVM folds the shifts.
@@ -93,7 +93,7 @@ def _consts(xbits):  # type: ignore[no-untyped-def]
 
 
 @njit(parallel=True, cache=True)
-def round_nearest(xbits, out, m, emin, qbits, maxbits, ovf, flush_bits,  # type: ignore[no-untyped-def]
+def round_nearest(xbits, out, m, emin, qbits, maxbits, ovf, flush_bits,
                   inf_out, nan_keep, nan_out):
     """Round to nearest, ties to even (the kept significand n stays even on a tie)."""
     u, M, B, signbit, infb = _consts(xbits)
@@ -107,34 +107,34 @@ def round_nearest(xbits, out, m, emin, qbits, maxbits, ovf, flush_bits,  # type:
 
 
 @njit(parallel=True, cache=True)
-def round_away(xbits, out, m, emin, qbits, maxbits, ovf, flush_bits,  # type: ignore[no-untyped-def]
+def round_away(xbits, out, m, emin, qbits, maxbits, ovf, flush_bits,
                inf_out, nan_keep, nan_out):
     """Round to nearest, ties away from zero."""
     u, M, B, signbit, infb = _consts(xbits)
     for i in prange(xbits.shape[0]):
         s = xbits[i] & signbit
         a = xbits[i] ^ s
-        d, dc, n, rem, half = _split(a, u, M, B, m, emin)
+        d, dc, _n, rem, half = _split(a, u, M, B, m, emin)
         up = (rem >= half) & (half != u(0))
         out[i] = _join(a, s, u, up, d, dc, M, infb, qbits, maxbits, ovf, flush_bits,
                        inf_out, nan_keep, nan_out)
 
 
 @njit(parallel=True, cache=True)
-def round_zero(xbits, out, m, emin, qbits, maxbits, ovf, flush_bits,  # type: ignore[no-untyped-def]
+def round_zero(xbits, out, m, emin, qbits, maxbits, ovf, flush_bits,
                inf_out, nan_keep, nan_out):
     """Round toward zero (truncate the discarded bits; overflow gives ``ovf``, usually max)."""
     u, M, B, signbit, infb = _consts(xbits)
     for i in prange(xbits.shape[0]):
         s = xbits[i] & signbit
         a = xbits[i] ^ s
-        d, dc, n, rem, half = _split(a, u, M, B, m, emin)
+        d, dc, _n, _rem, _half = _split(a, u, M, B, m, emin)
         out[i] = _join(a, s, u, False, d, dc, M, infb, qbits, maxbits, ovf, flush_bits,
                        inf_out, nan_keep, nan_out)
 
 
 @njit(inline="always")
-def splitmix64(z):  # type: ignore[no-untyped-def]
+def splitmix64(z):
     """SplitMix64 output for the 64-bit counter z (golden-gamma increment included)."""
     z = z + np.uint64(0x9E3779B97F4A7C15)
     z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
@@ -143,7 +143,7 @@ def splitmix64(z):  # type: ignore[no-untyped-def]
 
 
 @njit(parallel=True, cache=True)
-def round_stochastic(xbits, out, m, emin, qbits, maxbits, ovf,  # type: ignore[no-untyped-def]
+def round_stochastic(xbits, out, m, emin, qbits, maxbits, ovf,
                      flush_bits, inf_out, nan_keep, nan_out, words, seed, use_seed):
     """Stochastic rounding: up iff rem + (w >> (64 - d)) >= 2^d (P(up) = rem / 2^d).
 
@@ -154,7 +154,7 @@ def round_stochastic(xbits, out, m, emin, qbits, maxbits, ovf,  # type: ignore[n
     for i in prange(xbits.shape[0]):
         s = xbits[i] & signbit
         a = xbits[i] ^ s
-        d, dc, n, rem, half = _split(a, u, M, B, m, emin)
+        d, dc, _n, rem, _half = _split(a, u, M, B, m, emin)
         w = splitmix64(np.uint64(seed) + np.uint64(i)) if use_seed else words[i]
         dd = np.uint64(min(max(d, np.int32(1)), np.int32(63)))
         top = w >> (np.uint64(64) - dd)

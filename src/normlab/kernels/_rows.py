@@ -52,7 +52,7 @@ def chunk_count(rows: int) -> int:
 
 
 @njit(parallel=True, cache=True, fastmath=FAST)
-def layer_norm_fwd(x, gamma, beta, eps, out, mean, rstd):  # type: ignore[no-untyped-def]
+def layer_norm_fwd(x, gamma, beta, eps, out, mean, rstd):
     """out = (x - mean) * rstd * gamma + beta per row; fills mean (R,) and rstd (R,)."""
     R, W = x.shape  # x, out: (R, W); gamma, beta: (W,)
     for r in prange(R):
@@ -74,7 +74,7 @@ def layer_norm_fwd(x, gamma, beta, eps, out, mean, rstd):  # type: ignore[no-unt
 
 
 @njit(parallel=True, cache=True, fastmath=FAST)
-def rms_norm_fwd(x, gain, eps, out, rstd):  # type: ignore[no-untyped-def]
+def rms_norm_fwd(x, gain, eps, out, rstd):
     """out = x * rstd * gain per row with rstd = 1 / sqrt(mean(x^2) + eps); fills rstd (R,)."""
     R, W = x.shape  # x, out: (R, W); gain: (W,)
     for r in prange(R):
@@ -90,7 +90,7 @@ def rms_norm_fwd(x, gain, eps, out, rstd):  # type: ignore[no-untyped-def]
 
 
 @njit(parallel=True, cache=True, fastmath=FAST)
-def layer_norm_bwd(dy, x, mean, rstd, gamma, dres, dx, pg, pb):  # type: ignore[no-untyped-def]
+def layer_norm_bwd(dy, x, mean, rstd, gamma, dres, dx, pg, pb):
     """dx = rstd * (g dy - mean(g dy) - x_hat mean(g dy x_hat)) + dres; pg, pb: (K, W).
 
     pg[k] and pb[k] receive sum(dy * x_hat) and sum(dy) over the rows of chunk k. ``dres``
@@ -128,7 +128,7 @@ def layer_norm_bwd(dy, x, mean, rstd, gamma, dres, dx, pg, pb):  # type: ignore[
 
 
 @njit(parallel=True, cache=True, fastmath=FAST)
-def rms_norm_bwd(dy, x, rstd, gain, dres, dx, pg):  # type: ignore[no-untyped-def]
+def rms_norm_bwd(dy, x, rstd, gain, dres, dx, pg):
     """dx = rstd * (g dy - x_hat mean(g dy x_hat)) + dres; pg: (K, W) sums of dy * x_hat."""
     R, W = x.shape  # dy, x, dx: (R, W); rstd: (R,); gain: (W,)
     K = pg.shape[0]
@@ -154,7 +154,7 @@ def rms_norm_bwd(dy, x, rstd, gain, dres, dx, pg):  # type: ignore[no-untyped-de
 
 
 @njit(parallel=True, cache=True, fastmath=FAST)
-def add_layer_norm_fwd(x, res, gamma, beta, eps, s, out, mean, rstd):  # type: ignore[no-untyped-def]
+def add_layer_norm_fwd(x, res, gamma, beta, eps, s, out, mean, rstd):
     """s = x + res, then LayerNorm of s into out: the residual stream read once."""
     R, W = x.shape  # x, res, s, out: (R, W)
     for r in prange(R):
@@ -178,7 +178,7 @@ def add_layer_norm_fwd(x, res, gamma, beta, eps, s, out, mean, rstd):  # type: i
 
 
 @njit(parallel=True, cache=True, fastmath=FAST)
-def add_rms_norm_fwd(x, res, gain, eps, s, out, rstd):  # type: ignore[no-untyped-def]
+def add_rms_norm_fwd(x, res, gain, eps, s, out, rstd):
     """s = x + res, then RMSNorm of s into out."""
     R, W = x.shape  # x, res, s, out: (R, W)
     for r in prange(R):
