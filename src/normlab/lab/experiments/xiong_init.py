@@ -1,0 +1,269 @@
+"""Experiment 1: Post-LN vs Pre-LN at initialization (Xiong et al. 2020, Lemma 2, Theorem 1).
+
+The paper's simplified Transformer: W^Q = W^K = 0 (uniform attention), Xavier-normal
+weights N(0, 2/(fan_in + fan_out)) = N(0, 1/d) for the d x d matrices, biases zero, ReLU FFN
+of width d, LayerNorm without affine change at init (gain 1, bias 0). Built from
+:class:`normlab.nn.TransformerBlock` (``zero_qk=True, init="xavier_normal",
+activation="relu", bias=False``); attention is causal here (the paper's encoder attends to
+all positions), which leaves both statements unchanged: the attention term they bound lies
+between 0 and d whatever positions are averaged. Inputs are i.i.d. Gaussian token vectors
+rescaled to ||x||^2 = d, as after an embedding LayerNorm.
+
+Lemma 2 (expectation over the weights): Post-LN, E||x^{post,5}_l||^2 = 3d/2 at every layer
+l (x^{post,5} = h + FFN(h), the sum before the layer's last LayerNorm); Pre-LN,
+(1 + l/2) d <= E||x_l||^2 <= (1 + 3l/2) d, x_l the residual stream after l layers. The
+mean over seeds and tokens of ||.||^2/d must lie in 1.5 +- 0.1 (Post-LN) and in the bounds.
+
+Theorem 1: the gradient of the last layer's FFN weight W^{2,L} is O(d sqrt(ln d)) for
+Post-LN, independent of L, and O(d sqrt(ln d / L)) for Pre-LN. Measured: ||dLoss/dW^{2,L}||_F
+of a softmax cross-entropy read out by a random linear head, for L in {6, 12, 24, 48}; the
+log-log slope must be within +-0.15 (Post-LN) and in [-0.8, -0.35] (Pre-LN, ideal -1/2).
+A depth-L model is the first L blocks of one 48-block stack (blocks are i.i.d.), so one
+forward per seed serves every depth.
+
+Shapes: B sequences, T positions, C = d model width, V classes of the readout.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from normlab.lab.plotting import new_figure
+from normlab.lab.result import Check, ExperimentResult, Progress, Settings
+from normlab.nn import LayerNorm, Linear, TransformerBlock, softmax_cross_entropy
+
+__all__ = ["DEPTHS", "NAME", "TITLE", "last_ffn_grad_norms", "lemma2_profile", "run"]
+
+NAME = "xiong_init"
+TITLE = "Post-LN vs Pre-LN at initialization (Xiong et al. 2020, Lemma 2 and Theorem 1)"
+DEPTHS = (6, 12, 24, 48)
+POST_TARGET, POST_TOL = 1.5, 0.1
+PRE_SLOPE = (-0.8, -0.35)
+POST_SLOPE_TOL = 0.15
+_T, _V = 16, 16  # positions per sequence, readout classes
+
+
+def _blocks(placement: str, d: int, n: int, rng: np.random.Generator) -> list[Any]:
+    return [
+        TransformerBlock(
+            d, 1, d, placement, "layer", rng=rng, activation="relu", bias=False,
+            init="xavier_normal", zero_qk=True,
+        )
+        for _ in range(n)
+    ]  # fmt: skip
+
+
+def _inputs(d: int, batch: int, rng: np.random.Generator) -> np.ndarray:
+    x = rng.standard_normal((batch, _T, d)).astype(np.float32)  # B,T,C
+    x -= x.mean(axis=-1, keepdims=True)
+    return x * np.sqrt(d / np.sum(x * x, axis=-1, keepdims=True))  # ||x||^2 = d per token
+
+
+def _forward(placement: str, blocks: list[Any], x: np.ndarray) -> tuple[list[float], list]:
+    """Run the stack block by block; returns (||probe_l||^2/d for l = 1..L, outputs)."""
+    d = x.shape[-1]
+    probes, outs = [], []
+    for blk in blocks:
+        h = blk.attn_residual.forward(x)  # B,T,C: N1(x + Attn(x)) or x + Attn(N1(x))
+        if placement == "post":
+            x5 = h + blk.ffn.forward(h)  # x^{post,5}: before the layer's last LayerNorm
+            x = blk.mlp_residual.norm.forward(x5)
+            probes.append(float(np.mean(np.sum(x5.astype(np.float64) ** 2, axis=-1)) / d))
+        else:
+            x = h + blk.ffn.forward(blk.mlp_residual.norm.forward(h))
+            probes.append(float(np.mean(np.sum(x.astype(np.float64) ** 2, axis=-1)) / d))
+        outs.append(x)
+    return probes, outs
+
+
+def lemma2_profile(placement: str, d: int, layers: int, seed: int, batch: int = 8) -> np.ndarray:
+    """||x_l||^2 / d (Pre-LN) or ||x^{post,5}_l||^2 / d (Post-LN) for l = 1..layers, one seed."""
+    rng = np.random.default_rng(seed)
+    blocks = _blocks(placement, d, layers, rng)
+    probes, _ = _forward(placement, blocks, _inputs(d, batch, rng))
+    return np.array(probes)
+
+
+def last_ffn_grad_norms(
+    placement: str, d: int, depths: tuple[int, ...], seed: int, batch: int = 8
+) -> tuple[np.ndarray, np.ndarray]:
+    """(||dLoss/dW^{2,L}||_F for L in depths, the Lemma 2 profile) for one seed."""
+    rng = np.random.default_rng(seed)
+    blocks = _blocks(placement, d, max(depths), rng)
+    x = _inputs(d, batch, rng)
+    head = Linear(d, _V, bias=False, rng=rng, init="xavier_normal")
+    final = LayerNorm(d)
+    targets = rng.integers(0, _V, size=(batch, _T))  # B,T
+    probes, outs = _forward(placement, blocks, x)
+    norms = []
+    for depth in depths:
+        blk = blocks[depth - 1]
+        top = final.forward(outs[depth - 1]) if placement == "pre" else outs[depth - 1]
+        _, dlogits = softmax_cross_entropy(head.forward(top), targets)  # B,T,V
+        dtop = head.backward(dlogits)  # B,T,C
+        if placement == "pre":  # y = h + FFN(N2(h)): the FFN output gets dy itself
+            dffn = final.backward(dtop)
+        else:  # y = N2(x5), x5 = h + FFN(h)
+            dffn = blk.mlp_residual.norm.backward(dtop)
+        w2 = blk.ffn.fc2.weight
+        w2.grad = None
+        blk.ffn.backward(dffn)
+        norms.append(float(np.linalg.norm(w2.grad)))
+    return np.array(norms), np.array(probes)
+
+
+def _slope(depths: tuple[int, ...], values: np.ndarray) -> float:
+    return float(np.polyfit(np.log(depths), np.log(values), 1)[0])
+
+
+def _figures(d_lemma: int, lemma: dict[str, np.ndarray], d_thm: int, grads: dict) -> dict:
+    layers = np.arange(1, lemma["post"].shape[1] + 1)
+    fig1, ax = new_figure(width=6.8, height=4.4)
+    for placement, label, color in (("post", "Post-LN: ||x^{post,5}_l||²/d", "C3"),
+                                    ("pre", "Pre-LN: ||x_l||²/d", "C0")):  # fmt: skip
+        mean = lemma[placement].mean(axis=0)
+        ax.plot(layers, mean, "o-", color=color, label=label)
+        ax.fill_between(
+            layers, lemma[placement].min(axis=0), lemma[placement].max(axis=0),
+            color=color, alpha=0.2,
+        )  # fmt: skip
+    ax.plot(layers, 1 + layers / 2, "k--", lw=1, label="Lemma 2 bounds (1 + l/2, 1 + 3l/2)")
+    ax.plot(layers, 1 + 3 * layers / 2, "k--", lw=1)
+    ax.axhspan(POST_TARGET - POST_TOL, POST_TARGET + POST_TOL, color="C3", alpha=0.1)
+    ax.set(
+        xlabel="layer l",
+        ylabel="squared norm / d (dimensionless)",
+        title=f"Lemma 2 at initialization (d = {d_lemma}, "
+        f"{lemma['post'].shape[0]} seeds; band = min..max over seeds)",
+    )
+    ax.legend(fontsize=8)
+    fig2, ax2 = new_figure(width=6.8, height=4.4)
+    depths = np.array(DEPTHS)
+    for placement, label, color in (("post", "Post-LN", "C3"), ("pre", "Pre-LN", "C0")):
+        g = grads[placement].mean(axis=0)
+        slope = _slope(DEPTHS, g)
+        ax2.loglog(depths, g, "o-", color=color, label=f"{label} (slope {slope:+.2f})")
+    ref = grads["pre"].mean(axis=0)[0] * (depths / depths[0]) ** -0.5
+    ax2.loglog(depths, ref, "k:", lw=1, label="L^(-1/2) reference")
+    ax2.set(
+        xlabel="number of layers L",
+        ylabel="||dLoss/dW^{2,L}||_F (last FFN weight)",
+        title=f"Theorem 1: gradient of the last FFN weight (d = {d_thm})",
+    )
+    ax2.set_xticks(depths, [str(v) for v in depths])
+    ax2.legend(fontsize=8)
+    return {"lemma2": fig1, "theorem1": fig2}
+
+
+def run(settings: Settings, progress: Progress) -> ExperimentResult:
+    """Measure Lemma 2's norms and Theorem 1's gradient-vs-depth slopes."""
+    d_lemma, layers = 512, 12
+    n_lemma = settings.pick(5, 8, 16)
+    d_thm = settings.pick(128, 256, 512)
+    n_thm = settings.pick(5, 6, 10)
+    batch = settings.pick(4, 8, 16)  # sequences of _T positions per seed
+    progress.start(2 * (n_lemma + n_thm), "Xiong et al.: Post-LN vs Pre-LN")
+    seeds = np.random.SeedSequence(settings.seed).generate_state(n_lemma + n_thm)
+    lemma: dict[str, np.ndarray] = {}
+    grads: dict[str, np.ndarray] = {}
+    for placement in ("post", "pre"):
+        rows = []
+        for s in seeds[:n_lemma]:
+            rows.append(lemma2_profile(placement, d_lemma, layers, int(s), batch))
+            progress.advance()
+        lemma[placement] = np.array(rows)  # seeds, layers
+        rows = []
+        for s in seeds[n_lemma:]:
+            rows.append(last_ffn_grad_norms(placement, d_thm, DEPTHS, int(s), batch)[0])
+            progress.advance()
+        grads[placement] = np.array(rows)  # seeds, depths
+    post, pre = lemma["post"].mean(axis=0), lemma["pre"].mean(axis=0)
+    ls = np.arange(1, layers + 1)
+    post_dev = float(np.max(np.abs(post - POST_TARGET)))
+    pre_ok = bool(np.all((pre >= 1 + ls / 2) & (pre <= 1 + 3 * ls / 2)))
+    slope_post = _slope(DEPTHS, grads["post"].mean(axis=0))
+    slope_pre = _slope(DEPTHS, grads["pre"].mean(axis=0))
+    src2, src_t = "Xiong et al. 2020, Lemma 2", "Xiong et al. 2020, Theorem 1"
+    checks = [
+        Check(
+            src2,
+            "Post-LN: E||x^{post,5}_l||² = 3d/2 at every layer",
+            f"mean over {n_lemma} seeds x {batch * _T} tokens of ||x^{{post,5}}_l||²/d within "
+            f"{POST_TARGET} +- {POST_TOL} for l = 1..{layers} (d = {d_lemma})",
+            f"{post.min():.3f} .. {post.max():.3f} (max deviation {post_dev:.3f})",
+            post_dev <= POST_TOL,
+            {"per_layer": post.tolist()},
+        ),
+        Check(
+            src2,
+            "Pre-LN: (1 + l/2) d <= E||x_l||² <= (1 + 3l/2) d (grows linearly with depth)",
+            f"mean ||x_l||²/d in [1 + l/2, 1 + 3l/2] for l = 1..{layers} (d = {d_lemma})",
+            f"l = 1: {pre[0]:.2f} in [1.5, 2.5]; l = {layers}: {pre[-1]:.2f} in "
+            f"[{1 + layers / 2:g}, {1 + 3 * layers / 2:g}]",
+            pre_ok,
+            {"per_layer": pre.tolist()},
+        ),
+        Check(
+            src_t,
+            "Post-LN: the last FFN weight's gradient does not shrink with depth L",
+            f"log-log slope of mean ||dW^{{2,L}}||_F vs L in {list(DEPTHS)} within "
+            f"+-{POST_SLOPE_TOL}",
+            f"slope {slope_post:+.3f}",
+            abs(slope_post) <= POST_SLOPE_TOL,
+            {"slope": slope_post, "grad_norms": grads["post"].mean(axis=0).tolist()},
+        ),
+        Check(
+            src_t,
+            "Pre-LN: the last FFN weight's gradient falls like L^(-1/2)",
+            f"log-log slope in [{PRE_SLOPE[0]}, {PRE_SLOPE[1]}]",
+            f"slope {slope_pre:+.3f}",
+            PRE_SLOPE[0] <= slope_pre <= PRE_SLOPE[1],
+            {"slope": slope_pre, "grad_norms": grads["pre"].mean(axis=0).tolist()},
+        ),
+    ]
+    table = ["| l | Post-LN ||x^{post,5}_l||²/d | Pre-LN ||x_l||²/d | Pre-LN bounds |"]
+    table.append("|---|---|---|---|")
+    for i in range(layers):
+        l = i + 1
+        table.append(f"| {l} | {post[i]:.3f} | {pre[i]:.2f} | [{1 + l / 2:g}, {1 + 3 * l / 2:g}] |")
+    gt = ["| L | Post-LN ||dW^{2,L}||_F | Pre-LN ||dW^{2,L}||_F |", "|---|---|---|"]
+    for j, depth in enumerate(DEPTHS):
+        gt.append(
+            f"| {depth} | {grads['post'][:, j].mean():.4g} | {grads['pre'][:, j].mean():.4g} |"
+        )
+    return ExperimentResult(
+        name=NAME,
+        title=TITLE,
+        seed=settings.seed,
+        summary=(
+            "The simplified Transformer of Xiong et al. (W^Q = W^K = 0, Xavier init, ReLU FFN "
+            "of width d) built from `normlab.nn.TransformerBlock` at initialization. Post-LN "
+            "keeps every layer's pre-norm sum at 1.5 d and hands the last layer a gradient "
+            "that ignores depth; Pre-LN's residual stream grows linearly, so the final "
+            "LayerNorm divides the last layer's gradient by about sqrt(L)."
+        ),
+        checks=checks,
+        figures=_figures(d_lemma, lemma, d_thm, grads),
+        tables=["\n".join(table), "\n".join(gt)],
+        metrics={
+            "lemma2_post_per_layer": post.tolist(),
+            "lemma2_pre_per_layer": pre.tolist(),
+            "theorem1_depths": list(DEPTHS),
+            "theorem1_post_grad_norms": grads["post"].mean(axis=0).tolist(),
+            "theorem1_pre_grad_norms": grads["pre"].mean(axis=0).tolist(),
+            "theorem1_post_slope": slope_post,
+            "theorem1_pre_slope": slope_pre,
+        },
+        settings={
+            "lemma2_d": d_lemma,
+            "lemma2_layers": layers,
+            "lemma2_seeds": n_lemma,
+            "theorem1_d": d_thm,
+            "theorem1_depths": list(DEPTHS),
+            "theorem1_seeds": n_thm,
+            "tokens_per_seed": batch * _T,
+            "readout_classes": _V,
+        },
+    )
