@@ -78,7 +78,8 @@ def softmax_cross_entropy(
     tf = t.reshape(-1)  # (N)
     rows = np.arange(tf.size)
     shifted = zc - zc.max(axis=-1, keepdims=True)  # (N),V  <= 0, max exactly 0
-    exp = np.exp(shifted)
+    with np.errstate(under="ignore"):  # exp of very negative logits is 0: intended
+        exp = np.exp(shifted)
     sum_exp = exp.sum(axis=-1, keepdims=True)  # (N),1  in [1, V]
     log_probs_t = shifted[rows, tf] - np.log(sum_exp[:, 0])  # (N)
     total = -float(np.sum(log_probs_t, dtype=np.float64))
