@@ -19,7 +19,7 @@ into the exponent field, which is the next binade); when d > M the magnitude is 
 quantum q = 2^(emin - m) and the result is 0 or q. Every branch is a select, so LLVM
 vectorises the loop.
 
-Stochastic rounding: element i uses the 64-bit word w_i (from :mod:`._splitmix` or given);
+Stochastic rounding: element i uses the 64-bit word w_i (SplitMix64 of seed + i, or given);
 it rounds up iff rem + (w_i >> (64 - d)) >= 2^d, so P(up) = rem / 2^d exactly.
 No ``fastmath`` anywhere in this module: rounding must be exact.
 """
@@ -145,7 +145,10 @@ def splitmix64(z):
 @njit(parallel=True, cache=True)
 def round_stochastic(xbits, out, m, emin, qbits, maxbits, ovf,
                      flush_bits, inf_out, nan_keep, nan_out, words, seed, use_seed):
-    """Stochastic rounding: up iff rem + (w >> (64 - d)) >= 2^d (P(up) = rem / 2^d).
+    """Stochastic rounding: up iff r64 + w >= 2^64 with r64 = rem / 2^d as a 0.64 fraction.
+
+    For d <= 64 this is rem + (w >> (64 - d)) >= 2^d, so P(up) = rem / 2^d exactly; beyond
+    64 discarded bits the fraction is truncated to 64 bits (as in the reference).
 
     w is words[i] (explicit uint64 bits) or splitmix64(seed + i) when ``use_seed``; the
     counter is the flat C-order index, so the result does not depend on the thread count.
@@ -156,8 +159,10 @@ def round_stochastic(xbits, out, m, emin, qbits, maxbits, ovf,
         a = xbits[i] ^ s
         d, dc, _n, rem, _half = _split(a, u, M, B, m, emin)
         w = splitmix64(np.uint64(seed) + np.uint64(i)) if use_seed else words[i]
-        dd = np.uint64(min(max(d, np.int32(1)), np.int32(63)))
-        top = w >> (np.uint64(64) - dd)
-        up = (d > 0) & (d < 64) & ((np.uint64(rem) + top) >= (np.uint64(1) << dd))
+        r = np.uint64(rem)
+        left = r << np.uint64(min(max(64 - d, 0), 63))  # rem / 2^d as a 0.64 fraction
+        right = r >> np.uint64(min(max(d - 64, 0), 63))  # d > 64: truncated fraction
+        r64 = left if d <= 64 else right
+        up = r64 > ~w  # r64 + w >= 2^64
         out[i] = _join(a, s, u, up, d, dc, M, infb, qbits, maxbits, ovf, flush_bits,
                        inf_out, nan_keep, nan_out)

@@ -1,0 +1,86 @@
+"""``quantize`` kernel: the numba rounding kernels behind :func:`normlab.precision.quantize`.
+
+Dimension letters: N elements (flattened C order).
+
+Receives the validated ``(x, fmt, mode, saturate, seed, random_bits)`` of the reference's
+kernel seam (see :mod:`normlab.precision.rounding`) and returns an array bit-identical to
+``quantize_reference``, or ``NotImplemented`` for formats it leaves to the reference:
+formats without a zero or unsigned ones (E8M0: scales, never a hot path, with ml_dtypes'
+float32-subnormal quirk). Everything a Format decides (overflow to inf / NaN / max, what an
+infinite input becomes, flushing where there are no subnormals) is turned into a handful
+of bit patterns here, in Python, so the compiled loops only compare and select integers.
+
+Stochastic rounding draws the same words as the reference: ``splitmix64(seed + i)`` on the
+flat C-order index i, computed per element inside the loop (no N-sized word array), or the
+caller's ``random_bits``. The result does not depend on the thread count.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from normlab._backend import register
+from normlab.kernels import _round
+from normlab.precision.formats import Format
+from normlab.precision.rounding import RoundingMode
+
+__all__: list[str] = []
+
+# float dtype -> (unsigned view, stored mantissa bits F)
+_INPUT = {np.dtype(np.float32): (np.uint32, 23), np.dtype(np.float64): (np.uint64, 52)}
+_EMPTY_WORDS = np.zeros(0, np.uint64)
+
+
+def _bits(value: float, dtype: np.dtype, utype: Any) -> Any:
+    """The bit pattern of ``value`` in the float ``dtype`` as a numpy unsigned scalar."""
+    return np.array(value, dtype=dtype).view(utype)[()]
+
+
+def _params(fmt: Format, mode: RoundingMode, saturate: bool, dtype: np.dtype) -> tuple:
+    """(m, emin, qbits, maxbits, ovf, flush_bits, inf_out, nan_keep, nan_out) for the kernels."""
+    utype, F = _INPUT[dtype]
+    m, emin = fmt.mantissa_bits, fmt.emin
+    maxbits = _bits(fmt.max, dtype, utype)
+    infbits = _bits(np.inf, dtype, utype)
+    qnan = utype(int(infbits) | (1 << (F - 1)))  # quiet NaN, the sign is added per element
+    special = infbits if fmt.has_infinity else qnan
+    clamp = saturate or not fmt.has_nan
+    ovf = maxbits if (clamp or mode is RoundingMode.TOWARD_ZERO) else special
+    inf_out = maxbits if clamp else special
+    flush = utype(0) if fmt.has_subnormals else _bits(2.0**emin, dtype, utype)
+    qbits = _bits(2.0 ** (emin - m), dtype, utype)
+    return m, emin, qbits, maxbits, ovf, flush, inf_out, 0, qnan
+
+
+@register("quantize")
+def quantize(
+    x: np.ndarray,
+    fmt: Format,
+    mode: RoundingMode,
+    saturate: bool,
+    seed: int | None,
+    random_bits: np.ndarray | None,
+) -> Any:
+    """Kernel of ``quantize_reference``: one pass, x's dtype and shape."""
+    if x.dtype not in _INPUT or not fmt.has_zero or not fmt.signed:
+        return NotImplemented
+    utype, _ = _INPUT[x.dtype]
+    xb = np.ascontiguousarray(x).reshape(-1).view(utype)  # (N,)
+    out = np.empty_like(xb)
+    args = (xb, out, *_params(fmt, mode, saturate, x.dtype))
+    if mode is RoundingMode.NEAREST:
+        _round.round_nearest(*args)
+    elif mode is RoundingMode.NEAREST_AWAY:
+        _round.round_away(*args)
+    elif mode is RoundingMode.TOWARD_ZERO:
+        _round.round_zero(*args)
+    else:
+        if random_bits is not None:
+            words = np.ascontiguousarray(random_bits).reshape(-1)
+            _round.round_stochastic(*args, words, np.uint64(0), False)
+        else:
+            assert seed is not None
+            _round.round_stochastic(*args, _EMPTY_WORDS, np.uint64(seed % 2**64), True)
+    return out.view(x.dtype).reshape(x.shape)
