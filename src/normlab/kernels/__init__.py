@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import numba  # noqa: F401  (ImportError here means: no kernels, references only)
 
-from normlab.kernels import _norms  # noqa: F401  (registers the norm kernels)
-from normlab.kernels import _quantize  # noqa: F401  (registers quantize)
+from normlab.kernels import (
+    _norms,  # noqa: F401  (registers the norm kernels)
+    _quantize,  # noqa: F401  (registers quantize)
+)
 
 __all__: list[str] = []
