@@ -68,3 +68,47 @@ __all__ += [
 ]
 
 # --- scaling and training (owner: scaling) ---
+from normlab.precision.fp8_scaling import (  # noqa: E402  (after the formats block)
+    DelayedScaling,
+    Fp8Meta,
+    Fp8Tensor,
+    compute_scale,
+    fp8_quantize,
+    quantize_current_scaling,
+)
+from normlab.precision.loss_scaling import DynamicLossScaler, StaticLossScaler  # noqa: E402
+from normlab.precision.matmul import lowp_matmul  # noqa: E402
+from normlab.precision.mixed import (  # noqa: E402
+    LowPrecisionUpdater,
+    MasterWeights,
+    StepResult,
+    clip_grad_norm,
+    mixed_precision_step,
+)
+from normlab.precision.mx import (  # noqa: E402
+    MXTensor,
+    e8m0_scales,
+    mx_dequantize,
+    mx_quantize,
+)
+
+__all__ += [
+    "DelayedScaling",
+    "DynamicLossScaler",
+    "Fp8Meta",
+    "Fp8Tensor",
+    "LowPrecisionUpdater",
+    "MXTensor",
+    "MasterWeights",
+    "StaticLossScaler",
+    "StepResult",
+    "clip_grad_norm",
+    "compute_scale",
+    "e8m0_scales",
+    "fp8_quantize",
+    "lowp_matmul",
+    "mixed_precision_step",
+    "mx_dequantize",
+    "mx_quantize",
+    "quantize_current_scaling",
+]
