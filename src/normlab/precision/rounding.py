@@ -141,12 +141,12 @@ def round_components(
         qe = np.where(low, fmt.emin - m, qe)
     elif not fmt.has_subnormals:  # flush-to-zero format: subnormal results become 0
         n = np.where(n < (_U1 << np.uint64(m)), np.uint64(0), n)
-    return _specials(fmt, mode, saturate, sign, n, qe, kind)
+    return _specials(fmt, mode, saturate, sign, n, qe, kind, (s > 0) | (kind != KIND_FINITE))
 
 
 def _specials(
     fmt: Format, mode: RoundingMode, saturate: bool, sign: np.ndarray, n: np.ndarray,
-    qe: np.ndarray, kind: np.ndarray,
+    qe: np.ndarray, kind: np.ndarray, nonzero_input: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Apply overflow, infinity, zero and sign rules to the rounded components."""
     m = fmt.mantissa_bits
@@ -164,7 +164,7 @@ def _specials(
     if not fmt.has_zero:
         kind = np.where((kind == KIND_FINITE) & (n == 0), KIND_NAN, kind)
     if not fmt.signed:
-        negative = sign & ((n != 0) | (kind != KIND_FINITE))
+        negative = sign & nonzero_input  # even when it would round to zero
         kind = np.where(negative, KIND_NAN, kind)
         sign = sign & (kind == KIND_NAN)
     n = np.where(kind == KIND_FINITE, n, np.uint64(0))
