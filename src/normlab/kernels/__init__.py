@@ -15,6 +15,8 @@ from __future__ import annotations
 import numba  # noqa: F401  (ImportError here means: no kernels, references only)
 
 from normlab.kernels import (
+    _batch_norm,  # noqa: F401  (registers the BatchNorm kernels)
+    _dropout,  # noqa: F401  (registers inverted dropout)
     _norms,  # noqa: F401  (registers the norm kernels)
     _quantize,  # noqa: F401  (registers quantize)
 )
