@@ -77,10 +77,11 @@ def quantize(
     elif mode is RoundingMode.TOWARD_ZERO:
         _round.round_zero(*args)
     else:
+        stochastic: Any = _round.round_stochastic
         if random_bits is not None:
             words = np.ascontiguousarray(random_bits).reshape(-1)
-            _round.round_stochastic(*args, words, np.uint64(0), False)
+            stochastic(*args, words, np.uint64(0), False)
         else:
             assert seed is not None
-            _round.round_stochastic(*args, _EMPTY_WORDS, np.uint64(seed % 2**64), True)
+            stochastic(*args, _EMPTY_WORDS, np.uint64(seed % 2**64), True)
     return out.view(x.dtype).reshape(x.shape)
