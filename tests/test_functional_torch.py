@@ -15,8 +15,15 @@ torch = pytest.importorskip("torch")
 F = torch.nn.functional
 
 import normlab as nl  # noqa: E402  (after the optional-dependency skip)
+from normlab._backend import use_backend  # noqa: E402
 
 RTOL, ATOL = 1e-10, 1e-12
+
+
+@pytest.fixture(autouse=True, params=["numba", "numpy"])
+def backend(request):
+    with use_backend(request.param):
+        yield request.param
 
 
 def close(a, b):
