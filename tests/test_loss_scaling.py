@@ -203,3 +203,17 @@ def test_static_loss_scaler() -> None:
         StaticLossScaler(0.0)
     with pytest.raises(ValueError):
         StaticLossScaler(float("nan"))
+
+
+def test_update_without_argument_uses_recorded_unscale() -> None:
+    s = DynamicLossScaler(init_scale=16.0, growth_interval=1)
+    with pytest.raises(ValueError):
+        s.update()  # nothing recorded yet
+    assert s.scale == 16.0
+    s.unscale({"w": np.array([np.inf], np.float32), "b": np.array([1.0], np.float32)})
+    s.unscale([np.array([1.0], np.float32)])  # a clean second group: the OR is kept
+    s.update()
+    assert s.get_scale() == 8.0
+    s.unscale([np.array([1.0], np.float32)])
+    s.update()
+    assert s.scale == 16.0

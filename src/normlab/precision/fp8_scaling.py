@@ -144,6 +144,8 @@ class DelayedScaling:
         if self.amax_compute_algo not in _ALGOS:
             raise ValueError(f"amax_compute_algo must be one of {_ALGOS}; "
                              f"got {self.amax_compute_algo!r}")
+        if isinstance(self.fp8_format, str):  # accept "hybrid", "e4m3" too
+            object.__setattr__(self, "fp8_format", self.fp8_format.upper())
         if self.fp8_format not in _FORMATS:
             raise ValueError(f"fp8_format must be one of {_FORMATS}; got {self.fp8_format!r}")
 

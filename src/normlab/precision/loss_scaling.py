@@ -60,6 +60,8 @@ def _inv(scale: float) -> float:
 def _collect_grads(grads: Any) -> list[np.ndarray]:
     """The gradient arrays to unscale in place; ``None`` entries (no gradient) are skipped."""
     items = [grads] if isinstance(grads, np.ndarray) else grads
+    if isinstance(items, Mapping):
+        items = list(items.values())
     if not isinstance(items, Iterable) or isinstance(items, (str, bytes)):
         raise TypeError(
             f"grads must be an ndarray or a sequence of ndarrays; got {type(grads).__name__}"
@@ -122,7 +124,58 @@ def _scale_loss(loss: Any, scale: float) -> Any:
     return out if isinstance(loss, np.ndarray) and loss.ndim > 0 else out[()]
 
 
-class DynamicLossScaler:
+class _LossScaler:
+    """Shared by both scalers: the scale, loss scaling, unscale and the recorded overflow."""
+
+    _scale: float
+    _pending: bool | None = None  # OR of unscale results since the last update
+
+    @property
+    def scale(self) -> float:
+        """The current scale (a float32 value, returned as a Python float)."""
+        return self._scale
+
+    def get_scale(self) -> float:
+        """The current scale (GradScaler's spelling)."""
+        return self._scale
+
+    @property
+    def inv_scale(self) -> float:
+        """float32(1 / float64(scale)): the factor ``unscale`` multiplies by."""
+        return _inv(self._scale)
+
+    def scale_loss(self, loss: Any) -> Any:
+        """``loss * scale`` in float32 arithmetic (float64 for float64), in loss's dtype."""
+        return _scale_loss(loss, self._scale)
+
+    def unscale(self, grads: Any) -> bool:
+        """Check the scaled gradients for inf/NaN, then multiply them in place by inv_scale.
+
+        ``grads``: an ndarray, a sequence of ndarrays (``None`` entries skipped) or a
+        mapping whose values are those. Every array is multiplied, even on overflow (the
+        step is skipped anyway). Returns True when any value was inf or NaN; the result is
+        also recorded for an ``update()`` called without ``found_inf``.
+        """
+        arrays = _collect_grads(grads)
+        found = _found_inf(arrays)
+        _multiply_in_place(arrays, self.inv_scale)
+        self._pending = found or bool(self._pending)
+        return found
+
+    def _take_found_inf(self, found_inf: Any) -> bool:
+        if found_inf is None:
+            if self._pending is None:
+                raise ValueError(
+                    "update() needs found_inf, or a call to unscale() since the last update"
+                )
+            overflow = self._pending
+        else:
+            overflow = _check_found_inf(found_inf)
+        self._pending = None
+        return overflow
+
+
+class DynamicLossScaler(_LossScaler):
     """Dynamic loss scaling with ``torch.amp.GradScaler``'s update rules.
 
     ``scale <- scale * backoff_factor`` on an overflowing step (skip the optimizer step),
@@ -193,34 +246,13 @@ class DynamicLossScaler:
                 raise ValueError(f"min_scale must be <= {scale_name} ({s}); got {ms!r}")
         return s, g, b, interval, h, m
 
-    @property
-    def scale(self) -> float:
-        """The current scale (a float32 value, returned as a Python float)."""
-        return self._scale
+    def update(self, found_inf: Any = None) -> None:
+        """Adjust the scale after one optimizer step (one backoff at most per call).
 
-    @property
-    def inv_scale(self) -> float:
-        """float32(1 / float64(scale)): the factor ``unscale`` multiplies by."""
-        return _inv(self._scale)
-
-    def scale_loss(self, loss: Any) -> Any:
-        """``loss * scale`` in float32 arithmetic (float64 for float64), in loss's dtype."""
-        return _scale_loss(loss, self._scale)
-
-    def unscale(self, grads: Any) -> bool:
-        """Check the scaled gradients for inf/NaN, then multiply them in place by inv_scale.
-
-        Every array is multiplied, even on overflow (the step is skipped anyway). Returns
-        True when any value was inf or NaN. ``None`` entries are skipped.
+        ``found_inf``: bool or number (non-zero = overflow); None uses what ``unscale``
+        found since the last update (GradScaler's ``update()``).
         """
-        arrays = _collect_grads(grads)
-        found = _found_inf(arrays)
-        _multiply_in_place(arrays, self.inv_scale)
-        return found
-
-    def update(self, found_inf: Any) -> None:
-        """Adjust the scale after one optimizer step (one backoff at most per call)."""
-        overflow = _check_found_inf(found_inf)
+        overflow = self._take_found_inf(found_inf)
         if overflow:
             self._growth_tracker = 0
             self._hysteresis_tracker -= 1
@@ -293,7 +325,7 @@ class DynamicLossScaler:
         )
 
 
-class StaticLossScaler:
+class StaticLossScaler(_LossScaler):
     """A fixed loss scale: same interface as :class:`DynamicLossScaler`, ``update`` is a no-op.
 
     ``unscale`` still reports inf/NaN so the caller can skip the step.
@@ -307,30 +339,9 @@ class StaticLossScaler:
     def __init__(self, scale: float = 1.0) -> None:
         self._scale = _as_f32_scale(scale, "scale")
 
-    @property
-    def scale(self) -> float:
-        """The fixed scale (a float32 value)."""
-        return self._scale
-
-    @property
-    def inv_scale(self) -> float:
-        """float32(1 / float64(scale))."""
-        return _inv(self._scale)
-
-    def scale_loss(self, loss: Any) -> Any:
-        """``loss * scale`` in float32 arithmetic (float64 for float64), in loss's dtype."""
-        return _scale_loss(loss, self._scale)
-
-    def unscale(self, grads: Any) -> bool:
-        """Check for inf/NaN, then multiply the gradients in place by inv_scale."""
-        arrays = _collect_grads(grads)
-        found = _found_inf(arrays)
-        _multiply_in_place(arrays, self.inv_scale)
-        return found
-
-    def update(self, found_inf: Any) -> None:
+    def update(self, found_inf: Any = None) -> None:
         """Validates ``found_inf`` and changes nothing (the scale is static)."""
-        _check_found_inf(found_inf)
+        self._take_found_inf(found_inf)
 
     def state_dict(self) -> dict[str, Any]:
         """``{"scale": scale}``."""

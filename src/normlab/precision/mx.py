@@ -50,6 +50,8 @@ from normlab.precision.rounding import quantize
 __all__ = ["MXTensor", "e8m0_scales", "mx_dequantize", "mx_quantize"]
 
 _RULES = ("ocp", "round_up")
+_RULE_ALIASES = {"ocp": "ocp", "floor": "ocp", "round_up": "round_up", "te": "round_up",
+                 "transformer_engine": "round_up", "ceil": "round_up"}
 _NAN_CODE = 255
 
 
@@ -129,8 +131,9 @@ def mx_quantize(
     ----------
     x: float array with at least one dimension. elem_format: element Format or name
     (``"e4m3"``, ``"e5m2"``, ``"fp6_e3m2"``, ``"fp6_e2m3"``, ``"fp4"``, ...).
-    block_size: integer >= 1. axis: the blocked axis. scale_rule: ``"ocp"`` or
-    ``"round_up"``. pad: allow a length that is not a multiple of block_size.
+    block_size: integer >= 1. axis: the blocked axis. scale_rule: ``"ocp"`` (alias
+    ``"floor"``) or ``"round_up"`` (aliases ``"te"``, ``"ceil"``). pad: allow a length that
+    is not a multiple of block_size.
 
     Returns
     -------
@@ -153,8 +156,12 @@ def mx_quantize(
     if not -arr.ndim <= ax < arr.ndim:
         raise ValueError(f"axis must be in [-{arr.ndim}, {arr.ndim}); got {axis}")
     ax %= arr.ndim
-    if scale_rule not in _RULES:
-        raise ValueError(f"scale_rule must be one of {_RULES}; got {scale_rule!r}")
+    rule = _RULE_ALIASES.get(str(scale_rule).lower()) if isinstance(scale_rule, str) else None
+    if rule is None:
+        raise ValueError(
+            f"scale_rule must be one of {_RULES} (aliases {sorted(_RULE_ALIASES)}); "
+            f"got {scale_rule!r}"
+        )
     n = arr.shape[ax]
     if n % k and not pad:
         raise ValueError(
@@ -170,7 +177,7 @@ def mx_quantize(
     blocks = flat.reshape(-1, nb, k)  # R,B,K
     has_nan = np.isnan(blocks).any(axis=-1)  # R,B
     amax = np.abs(blocks).max(axis=-1)  # R,B (NaN where has_nan)
-    if scale_rule == "ocp":
+    if rule == "ocp":
         e = _ocp_exponent(amax, _elem_emax(fmt))  # R,B
         bad = has_nan | np.isnan(e)
         code = np.where(bad, _NAN_CODE, np.nan_to_num(e) + 127).astype(np.int64)
