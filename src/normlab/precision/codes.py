@@ -86,6 +86,8 @@ def encode(x: Any, fmt: Format | str) -> np.ndarray:
             f"x holds {int((~same).sum())} value(s) that {fmt.name} cannot represent exactly "
             f"(first: {bad!r}); round first with quantize(x, {fmt.name!r})"
         )
+    if not fmt.has_nan and (kind == KIND_NAN).any():
+        raise ValueError(f"{fmt.name} cannot represent NaN: it has no NaN code")
     e, m = fmt.exponent_bits, fmt.mantissa_bits
     one = np.uint64(1)
     normal = n >= (one << np.uint64(m))
