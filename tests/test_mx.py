@@ -20,6 +20,9 @@ def test_fp4_example() -> None:
     t = mx_quantize(np.array([1.0, 3.0, 0.3, -6.5]), "fp4", block_size=4)
     assert t.scale_codes.tolist() == [127]
     assert t.elements.tolist() == [1.0, 3.0, 0.5, -6.0]
+    # E2M1 codes (sign, 2 exponent bits, 1 mantissa bit): 1.0 = 0b0010, 3.0 = 0b0101,
+    # 0.5 = 0b0001 (subnormal), -6.0 = 0b1111
+    assert t.element_codes().tolist() == [0b0010, 0b0101, 0b0001, 0b1111]
 
 
 def test_e4m3_ocp_clips_where_round_up_does_not() -> None:
@@ -85,6 +88,7 @@ def test_special_blocks() -> None:
     assert ocp.scale_codes[:, 0].tolist() == [0, 255, 255]
     assert np.all(ocp.elements[0] == 0) and np.all(np.isnan(ocp.elements[1:]))
     assert np.all(np.isnan(ocp.dequantize()[1:]))
+    assert np.all(ocp.element_codes()[1:] == 0)  # NaN blocks store code 0 under a NaN scale
     up = mx_quantize(x, "e4m3", scale_rule="round_up")
     assert up.scale_codes[:, 0].tolist() == [0, 255, 254]
     assert np.all(np.isnan(up.elements[1]))

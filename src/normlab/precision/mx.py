@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from normlab._validate import as_float_array, check_int
+from normlab.precision.codes import encode
 from normlab.precision.formats import Format, get_format
 from normlab.precision.rounding import quantize
 
@@ -85,6 +86,15 @@ class MXTensor:
     def dequantize(self) -> np.ndarray:
         """X * P_i in float32 (see :func:`mx_dequantize`)."""
         return mx_dequantize(self)
+
+    def element_codes(self) -> np.ndarray:
+        """The elements' bit codes in ``elem_format`` (unsigned ints, x's shape).
+
+        Elements of a NaN block are stored as code 0: the scale code 255 already makes the
+        whole block NaN, and fp6/fp4 have no NaN code.
+        """
+        vals = np.where(np.isnan(self.elements), np.float32(0.0), self.elements)
+        return encode(vals.astype(np.float32), self.elem_format)
 
 
 def _elem_emax(fmt: Format) -> int:
