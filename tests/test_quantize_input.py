@@ -1,0 +1,53 @@
+"""quantize: accepted inputs, dtype and shape of the result, and rejected inputs."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from normlab.precision import BFLOAT16, FLOAT8_E4M3FN, RoundingMode, quantize
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_result_keeps_dtype_and_shape(dtype):
+    x = np.linspace(-5, 5, 24, dtype=dtype).reshape(2, 3, 4)
+    got = quantize(x, "e4m3")
+    assert got.dtype == dtype and got.shape == (2, 3, 4)
+    assert quantize(x[:, ::2, 1], "e4m3").shape == (2, 2)  # non-contiguous views
+    assert np.array_equal(quantize(x[:, ::2, 1], "e4m3"), got[:, ::2, 1])
+
+
+def test_python_floats_and_modes_by_enum():
+    got = quantize([1.0 + 2.0**-8, 3.0], BFLOAT16, rounding=RoundingMode.NEAREST_AWAY)
+    assert got.dtype == np.float64 and got.tolist() == [1 + 2.0**-7, 3.0]
+    assert quantize(1.3, "fp4").shape == ()
+    assert quantize(np.empty((0, 3), np.float32), "bf16").shape == (0, 3)
+
+
+@pytest.mark.parametrize(
+    "x",
+    [np.arange(3), np.array([1, 2], np.int8), np.ones(2, np.float16),
+     np.ones(2, ml_dtypes.bfloat16), np.array([True]), 3, True, "1.0", None],
+    ids=["int64", "int8", "float16", "bfloat16", "bool", "int", "bool-scalar", "str", "None"],
+)
+def test_non_float32_64_rejected(x):
+    with pytest.raises(TypeError, match="float32 or float64"):
+        quantize(x, BFLOAT16)
+
+
+def test_bad_mode_format_and_saturate():
+    x = np.ones(2, np.float32)
+    with pytest.raises(ValueError, match="rounding must be one of"):
+        quantize(x, BFLOAT16, rounding="up")
+    with pytest.raises(ValueError, match="unknown float format"):
+        quantize(x, "fp7")
+    with pytest.raises(TypeError, match="saturate must be a bool"):
+        quantize(x, FLOAT8_E4M3FN, saturate=1)
+
+
+def test_input_not_modified():
+    x = np.array([0.1, 500.0, np.nan], np.float32)
+    before = x.copy()
+    quantize(x, FLOAT8_E4M3FN, rounding="stochastic", rng=np.random.default_rng(0))
+    assert np.array_equal(x, before, equal_nan=True)
