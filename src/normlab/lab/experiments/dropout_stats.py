@@ -25,7 +25,7 @@ from normlab.lab.plotting import new_figure
 from normlab.lab.result import Check, ExperimentResult, Progress, Settings
 from normlab.nn import Dropout
 
-__all__ = ["NAME", "PROBABILITIES", "TITLE", "Z_BOUND", "dropout_moments", "run"]
+__all__ = ["NAME", "PROBABILITIES", "TITLE", "Z_BOUND", "dropout_moments", "exact_moments", "run"]
 
 NAME = "dropout_stats"
 TITLE = "Inverted dropout: mean kept, variance x²p/(1-p), identity at eval (Srivastava 2014)"
@@ -35,6 +35,16 @@ PROBABILITIES = (0.1, 0.3, 0.5, 0.8)
 Z_BOUND = 4.5
 
 
+def exact_moments(x: np.ndarray, p: float) -> tuple[np.ndarray, np.ndarray]:
+    """Exact Var[out] = x^2 p/(1-p) and 4th central moment x^4 (p^4/(1-p)^3 + p) of dropout(x).
+
+    out takes x/(1-p) with probability 1-p and 0 with probability p; its deviation from the
+    mean x is x p/(1-p) or -x.
+    """
+    q = 1.0 - p
+    return x * x * p / q, x**4 * (p**4 / q**3 + p)
+
+
 def dropout_moments(x: np.ndarray, p: float, n: int, rng: np.random.Generator) -> dict:
     """Sample mean/variance of ``n`` inverted-dropout draws of ``x`` and their z-scores.
 
@@ -42,14 +52,12 @@ def dropout_moments(x: np.ndarray, p: float, n: int, rng: np.random.Generator) -
     variance about the known mean, unbiased), the exact
     ``var_true`` = x^2 p/(1-p), and ``z_mean``, ``z_var`` (error / standard error).
     """
-    q = 1.0 - p
     xs = np.broadcast_to(x, (n, x.size))  # N,M
     out, _ = inverted_dropout(xs, p, rng)  # N,M
     mean = out.mean(axis=0)  # M
     var = np.mean((out - x) ** 2, axis=0)  # M: second moment about the known mean x
-    var_true = x * x * p / q  # M
+    var_true, mu4 = exact_moments(x, p)  # M, M
     se_mean = np.sqrt(var_true / n)  # M
-    mu4 = x**4 * (p**4 / q**3 + p)  # M, exact 4th central moment of x (m/q - 1)
     # standard error of a mean of n i.i.d. (out - x)^2; it is 0 at p = 1/2 (every draw gives
     # exactly x^2), so a floor of 1e-12 relative covers the float64 rounding of the mean
     se_var = np.maximum(np.sqrt(np.maximum(mu4 - var_true**2, 0.0) / n), 1e-12 * var_true)  # M
