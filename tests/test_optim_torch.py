@@ -42,3 +42,20 @@ def test_matches_torch_optim(cls: type, kwargs: dict, dtype: type) -> None:
     tol = 2e-6 if dtype == np.float32 else 1e-13
     for m, r in zip(mine, ref, strict=True):
         np.testing.assert_allclose(m.data, r.detach().numpy(), rtol=tol, atol=tol)
+
+
+def test_clip_grad_norm_matches_torch() -> None:
+    from normlab.precision.mixed import clip_grad_norm
+
+    rng = np.random.default_rng(4)
+    grads = [rng.standard_normal(s).astype(np.float32) * 3 for s in ((5, 4), (7,), (2, 3))]
+    ref = [torch.nn.Parameter(torch.zeros(g.shape)) for g in grads]
+    for r, g in zip(ref, grads, strict=True):
+        r.grad = torch.from_numpy(g.copy())
+    total_ref = float(torch.nn.utils.clip_grad_norm_(ref, max_norm=1.5))
+    mine = [g.copy() for g in grads]
+    total = clip_grad_norm(mine, 1.5)
+    # torch reduces in float32, we in float64: totals agree to float32 rounding (1e-6)
+    assert total == pytest.approx(total_ref, rel=1e-6)
+    for m, r in zip(mine, ref, strict=True):
+        np.testing.assert_allclose(m, r.grad.numpy(), rtol=1e-6)
