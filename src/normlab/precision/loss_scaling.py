@@ -192,7 +192,10 @@ class DynamicLossScaler(_LossScaler):
         restored to ``hysteresis`` when the scale grows (the growth tracker reaching
         ``growth_interval``), not by a single clean step: so the first backoff comes on
         the ``hysteresis``-th overflow since the start or the last growth, and from then on
-        every overflow backs off until the next growth.
+        every overflow backs off until the next growth. This is Megatron-LM's
+        ``DynamicGradScaler`` code (its docstring says "consecutive", but a clean step does
+        not restore the counter); apex/NeMo's fused hysteresis kernel restores it on every
+        clean step instead. Growth keeps GradScaler's finite-in-float32 check.
     min_scale: optional floor, 0 < min_scale <= init_scale: a backoff never takes the
         scale below ``float32(min_scale)`` (None: no floor, as in GradScaler).
 
