@@ -110,6 +110,18 @@ def encode(x: Any, fmt: Format | str) -> np.ndarray:
 def decode(codes: Any, fmt: Format | str) -> np.ndarray:
     """The float32 values of integer ``codes`` of ``fmt`` (every code decodes exactly).
 
+    Formula: normal ``(-1)^s 2^(E - bias) (1 + M / 2^m)``, subnormal
+    ``(-1)^s 2^(1 - bias) M / 2^m``, plus the format's inf/NaN codes (IEEE 754-2019 §3.4).
+
+    Parameters
+    ----------
+    codes : array_like of integers, any shape
+    fmt : Format or str
+
+    Returns
+    -------
+    ndarray of float32, codes' shape (NaN codes decode to a quiet NaN with their sign).
+
     Raises
     ------
     TypeError
@@ -152,8 +164,22 @@ def decode(codes: Any, fmt: Format | str) -> np.ndarray:
 def to_ml_dtypes(x: Any, fmt: Format | str, **quantize_options: Any) -> np.ndarray:
     """Round ``x`` with :func:`quantize` and store it in the matching numpy/ml_dtypes type.
 
-    ``quantize_options`` (rounding, saturate, rng, random_bits) go to quantize. Formats
-    without a storage type (user formats) raise ``ValueError``; so does NaN into fp6/fp4.
+    Parameters
+    ----------
+    x : ndarray of float32 or float64
+    fmt : Format or str, a named format (float32, float16, bfloat16, fp8, fp6, fp4, E8M0)
+    **quantize_options
+        rounding, saturate, rng, random_bits: passed to :func:`quantize`.
+
+    Returns
+    -------
+    ndarray of the format's numpy/ml_dtypes type (1 byte per fp8/fp6/fp4 element, 2 for
+    bfloat16/float16), x's shape.
+
+    Raises
+    ------
+    ValueError
+        A format without a storage type (user formats); NaN into fp6/fp4 (no NaN code).
 
     Example
     -------
@@ -168,6 +194,22 @@ def to_ml_dtypes(x: Any, fmt: Format | str, **quantize_options: Any) -> np.ndarr
 
 def from_ml_dtypes(a: Any) -> np.ndarray:
     """The float32 values of an array of a numpy/ml_dtypes float type of a named format.
+
+    Decoded from the stored codes with :func:`decode` (exact), not with ml_dtypes' cast.
+
+    Parameters
+    ----------
+    a : ndarray of float32, float16, bfloat16, float8_e4m3fn, float8_e5m2, float6_e3m2fn,
+        float6_e2m3fn, float4_e2m1fn or float8_e8m0fnu
+
+    Returns
+    -------
+    ndarray of float32, a's shape.
+
+    Raises
+    ------
+    TypeError
+        Any other dtype.
 
     Example
     -------
@@ -240,6 +282,28 @@ class BitLayout:
 def bit_layout(value: Any, fmt: Format | str, *, rounding: str = "nearest",
                saturate: bool = False) -> BitLayout:
     """Round one value to ``fmt`` and show its sign, exponent and mantissa fields.
+
+    The value is rounded once from float64 with :func:`quantize` (``rounding`` and
+    ``saturate`` as there); ``str()`` of the result prints the fields and the formula
+    that makes the value (normal, subnormal, zero, inf or NaN).
+
+    Parameters
+    ----------
+    value : float (or a 0-d float array)
+    fmt : Format or str
+    rounding : str, default "nearest" ("stochastic" is not accepted: it needs randomness)
+    saturate : bool
+
+    Returns
+    -------
+    BitLayout
+
+    Raises
+    ------
+    TypeError
+        value is not one real number.
+    ValueError
+        The rounded value has no code (NaN in fp6/fp4), unknown format or mode.
 
     Example
     -------
