@@ -260,6 +260,12 @@ def quantize(
     ValueError
         Unknown format or mode; stochastic without randomness, or with both; bad shape.
 
+    Notes
+    -----
+    Overflow without ``saturate``: inf where the format has it, else NaN (E4M3FN: above
+    464); "toward_zero" and the NaN-less fp6/fp4 always clamp to +-max (as ml_dtypes/OCP).
+    NaN stays NaN, also for fp6/fp4 (ml_dtypes would give a zero). float64 is rounded once.
+
     Example
     -------
     >>> quantize(np.array([1.0 + 2**-8], np.float32), "bf16")
