@@ -51,3 +51,16 @@ def test_input_not_modified():
     before = x.copy()
     quantize(x, FLOAT8_E4M3FN, rounding="stochastic", rng=np.random.default_rng(0))
     assert np.array_equal(x, before, equal_nan=True)
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "fp16", "e4m3", "e5m2", "fp6_e3m2", "fp4", "e8m0"])
+@pytest.mark.parametrize("mode", ["nearest", "toward_zero", "nearest_away"])
+def test_monotone_and_idempotent(fmt, mode):
+    # Invariants of any correct rounding to a grid: order is kept, grid values are fixed.
+    rng = np.random.default_rng(9)
+    x = np.sort(rng.standard_normal(20_000) * np.exp2(rng.uniform(-20, 20, 20_000)))
+    if fmt == "e8m0":  # unsigned
+        x = np.sort(np.abs(x))
+    q = quantize(x, fmt, rounding=mode, saturate=True)
+    assert (np.diff(q) >= 0).all()
+    assert np.array_equal(quantize(q, fmt, rounding=mode, saturate=True), q)
