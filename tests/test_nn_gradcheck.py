@@ -11,9 +11,19 @@ import numpy as np
 import pytest
 
 from normlab import gradcheck, nn
+from normlab._backend import use_backend
 
 F64 = np.float64
 TOL = 1e-6
+
+
+@pytest.fixture(autouse=True)
+def _numpy_references():
+    # A finite-difference check runs forward thousands of times on tiny arrays, where the
+    # start-up cost of a parallel kernel call dominates; the kernels are checked against
+    # these references in their own tests, and this module checks the layers' composition.
+    with use_backend("numpy"):
+        yield
 
 
 def _rng(seed: int = 0) -> np.random.Generator:
