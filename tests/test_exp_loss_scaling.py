@@ -1,0 +1,73 @@
+"""Experiment 4 (loss_scaling): checks pass, and its key numbers recomputed independently."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from normlab.lab.experiments import loss_scaling as exp
+from normlab.lab.result import NullProgress, Settings
+
+
+@pytest.fixture(scope="module")
+def quick():
+    return exp.run(Settings("quick", 0), NullProgress())
+
+
+def test_quick_run_passes_every_check(quick):
+    assert quick.passed and len(quick.checks) == 4
+    assert set(quick.figures) == {
+        "loss_scaling_histogram", "loss_scaling_flushed", "loss_scaling_training"
+    }
+
+
+def test_flushed_and_overflow_fractions_by_direct_count(quick):
+    # numpy's own float16 cast (round to nearest even, inf on overflow) counts the flushed
+    # and overflowing values; exact equality: the same integer counts over the same values
+    g = exp.gradient_sample(Settings("quick", 0))
+    nz = g[g != 0]
+    assert nz.size == quick.metrics["nonzero_gradients"]
+    flushed, overflow = [], []
+    with np.errstate(over="ignore"):
+        for e in exp.SCALE_EXPONENTS:
+            h = (nz * np.float32(2.0**e)).astype(np.float16)
+            flushed.append(np.count_nonzero(h == 0) / nz.size)
+            overflow.append(np.count_nonzero(np.isinf(h)) / nz.size)
+    assert quick.metrics["flushed_fraction"] == pytest.approx(flushed, rel=0, abs=0)
+    assert quick.metrics["overflow_fraction"] == pytest.approx(overflow, rel=0, abs=0)
+    # the paper's picture: most values below fp16's smallest subnormal without scaling,
+    # and values that no longer fit once S is large
+    assert flushed[0] > 0.9 and overflow[-1] > 0
+
+
+def test_flushed_values_are_those_below_half_the_smallest_subnormal():
+    # the rule behind the histogram's red band: |g| <= 2^-25 rounds to zero in fp16 (the
+    # tie at exactly 2^-25 goes to the even neighbour, zero); exact equality of counts
+    g = exp.gradient_sample(Settings("quick", 0))
+    nz = np.abs(g[g != 0]).astype(np.float64)
+    by_rule = np.count_nonzero(nz <= 2.0**-25)
+    by_cast = np.count_nonzero(nz.astype(np.float32).astype(np.float16) == 0)
+    assert by_rule == by_cast
+
+
+def test_scale_trace_follows_the_dynamic_rules(quick):
+    # GradScaler's rules: start at 2^40, each update halves (overflow), doubles (after 50
+    # clean steps) or keeps the scale; exact powers of two throughout
+    trace = np.array(quick.metrics["scale_trace"])
+    assert trace[0] == 2.0**40
+    steps = trace[1:] / trace[:-1]
+    assert set(np.unique(steps)) <= {0.5, 1.0, 2.0}
+    # every skipped step halves the next scale (the last step's backoff is not in the trace)
+    assert np.count_nonzero(steps == 0.5) in (quick.metrics["skipped_steps"],
+                                              quick.metrics["skipped_steps"] - 1)
+    assert np.all(np.log2(trace) == np.round(np.log2(trace)))
+
+
+def test_unscaled_fp16_is_exactly_stalled_and_scaled_fp16_tracks_fp32(quick):
+    # the raw numbers behind checks 3 and 4: the unscaled fp16 run never moves (every
+    # gradient flushed), and the scaled run ends within 5% of fp32 (the check's tolerance)
+    final = quick.metrics["final_loss"]
+    fp16_values = quick.checks[2].values
+    assert fp16_values["fraction_of_fp32_drop"] == 0.0
+    assert abs(final["fp16+scaler"] - final["fp32"]) <= 0.05 * final["fp32"]
+    assert final["fp16"] > 5 * final["fp32"]
