@@ -36,9 +36,11 @@ def _ln(**kw):
     ({"eps": "1e-5"}, TypeError, r"eps must be a real number; got str"),
     ({"normalized_ndim": 0}, ValueError, r"normalized_ndim must be >= 1; got 0"),
     ({"normalized_ndim": 3, "gamma": None, "beta": None}, ValueError,
-     r"normalized_ndim must be <= x.ndim = 2.*got 3"),
+     r"normalized_ndim \(normalized_ndim\) must be <= x.ndim = 2.*got 3"),
     ({"normalized_ndim": 1.0}, TypeError, r"normalized_ndim must be an integer"),
     ({"normalized_ndim": 2}, ValueError, r"gamma must have shape \(4, 3\).*got shape \(3,\)"),
+    ({"gamma": np.ones((1, 4, 3))}, ValueError, r"\(gamma.ndim\) must be <= x.ndim = 2.*got 3"),
+    ({"gamma": np.float64(1.0)}, ValueError, r"gamma must have at least one dimension"),
 ])
 def test_layer_norm_forward(kwargs, exc, pattern):
     with pytest.raises(exc, match=pattern):

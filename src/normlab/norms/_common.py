@@ -40,26 +40,32 @@ def check_param(value: Any, name: str, shape: tuple[int, ...], what: str) -> np.
 
 
 def resolve_normalized_ndim(
-    x: np.ndarray, normalized_ndim: Any, *params: Any
+    x: np.ndarray,
+    normalized_ndim: Any,
+    *params: Any,
+    names: tuple[str, ...] = ("gamma", "beta"),
 ) -> int:
     """The number k of trailing dims to normalise.
 
     Explicit ``normalized_ndim`` wins; else the ndim of the first parameter that is given
-    (gamma, then beta); else 1. k must satisfy 1 <= k <= x.ndim.
+    (``params`` in order, called ``names`` in messages); else 1. k must be in [1, x.ndim].
     """
+    source = "normalized_ndim"
     if normalized_ndim is None:
-        k = next((np.ndim(p) for p in params if p is not None), 1)
+        given = [(name, p) for name, p in zip(names, params, strict=False)
+                 if p is not None]
+        source, k = (f"{given[0][0]}.ndim", np.ndim(given[0][1])) if given else ("default", 1)
         if k < 1:
             raise ValueError(
-                f"the parameters must have at least one dimension (they cover the normalised "
-                f"trailing dims of x); got a {k}-d parameter"
+                f"{given[0][0]} must have at least one dimension (it covers the normalised "
+                f"trailing dims of x); got a {k}-d array"
             )
     else:
         k = check_int(normalized_ndim, "normalized_ndim", minimum=1)
     if k > x.ndim:
         raise ValueError(
-            f"normalized_ndim must be <= x.ndim = {x.ndim} (it counts trailing dims of x of "
-            f"shape {x.shape}); got {k}"
+            f"normalized_ndim ({source}) must be <= x.ndim = {x.ndim} (it counts trailing "
+            f"dims of x of shape {x.shape}); got {k}"
         )
     return k
 

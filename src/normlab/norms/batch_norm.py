@@ -35,8 +35,8 @@ __all__ = ["batch_norm_backward", "batch_norm_forward"]
 
 def _check_bool(value: Any, name: str) -> bool:
     if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be a bool (True or False); got {type(value).__name__} "
-                        f"{value!r}"[:160])
+        got = f"{type(value).__name__} {value!r}"[:120]
+        raise TypeError(f"{name} must be a bool (True or False); got {got}")
     return bool(value)
 
 

@@ -35,7 +35,7 @@ def validate_rms_norm(
     x = as_float_array(x, "x", min_ndim=1)
     eps = check_eps(eps)
     offset = check_finite_real(offset, "offset")
-    k = resolve_normalized_ndim(x, normalized_ndim, weight)
+    k = resolve_normalized_ndim(x, normalized_ndim, weight, names=("weight",))
     feat = tuple(x.shape[x.ndim - k :])
     what = f"the {k} normalised trailing dim(s) of x, x.shape = {x.shape}"
     weight = check_param(weight, "weight", feat, what)
