@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from normlab import gradcheck, nn
+from normlab import GradcheckError, gradcheck, nn
 from normlab._backend import use_backend
 
 F64 = np.float64
@@ -236,3 +236,25 @@ def test_float32_in_float32_out(module: nn.Module) -> None:
     assert y.dtype == np.float32 and y.shape == x.shape
     dx = module.backward(np.ones_like(y))
     assert dx is not None and dx.dtype == np.float32 and np.all(np.isfinite(dx))
+
+
+class _WrongScale(nn.Module):
+    """y = 2x with a backward that forgets the factor 2."""
+
+    def forward(self, x: np.ndarray) -> np.ndarray:
+        self._save((x,))
+        return 2 * x
+
+    def backward(self, dout: np.ndarray) -> np.ndarray:
+        self._take()
+        return dout
+
+
+def test_module_gradcheck_catches_a_wrong_backward_and_restores_parameters() -> None:
+    with pytest.raises(GradcheckError):
+        nn.module_gradcheck(_WrongScale(), _rng(22).normal(size=(2, 3)), rng=_rng(23), tol=TOL)
+    lin = nn.Linear(3, 2, rng=_rng(24))
+    before = lin.weight.data
+    nn.module_gradcheck(lin, _rng(25).normal(size=(2, 3)), rng=_rng(26), tol=TOL)
+    assert lin.weight.data is before and lin.weight.data.dtype == np.float32
+    assert lin.weight.grad is None

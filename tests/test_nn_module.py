@@ -219,3 +219,14 @@ def test_bad_forward_inputs_raise_and_leave_running_statistics_alone() -> None:
     lm = nn.TransformerLM(5, 4, 1, 1, 3, rng=np.random.default_rng(0))
     with pytest.raises(ValueError, match="context"):
         lm(np.zeros((1, 4), dtype=np.int64))
+
+
+def test_deepcopy_and_pickle_keep_tied_weights_and_outputs() -> None:
+    import copy
+    import pickle
+
+    lm = nn.TransformerLM(7, 8, 2, 2, 5, rng=np.random.default_rng(6), tie_weights=True)
+    ids = np.array([[1, 2, 3]])
+    for clone in (copy.deepcopy(lm), pickle.loads(pickle.dumps(lm))):
+        assert clone.head.weight is clone.token_embedding.weight
+        np.testing.assert_array_equal(clone(ids), lm(ids))

@@ -49,7 +49,7 @@ def module_gradcheck(
     params : bool or sequence of str
         True: every parameter; False: none; or the dotted names to check.
     mode, num_directions, h, tol
-        As :func:`normlab.gradcheck.gradcheck` (``"directional"`` for big models).
+        As :func:`normlab.gradcheck` (``"directional"`` for big models).
 
     Returns
     -------
@@ -58,7 +58,7 @@ def module_gradcheck(
 
     Raises
     ------
-    normlab.gradcheck.GradcheckError
+    normlab.GradcheckError
         When ``tol`` is given and exceeded.
     ValueError
         On an unknown parameter name.
