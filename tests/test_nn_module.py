@@ -230,3 +230,12 @@ def test_deepcopy_and_pickle_keep_tied_weights_and_outputs() -> None:
     for clone in (copy.deepcopy(lm), pickle.loads(pickle.dumps(lm))):
         assert clone.head.weight is clone.token_embedding.weight
         np.testing.assert_array_equal(clone(ids), lm(ids))
+
+
+def test_clear_cache_forgets_every_forward() -> None:
+    net = _mlp()
+    net(np.ones((2, 3)))
+    net.clear_cache()
+    assert all(m.__dict__["_cache"] is None for _, m in net.named_modules())
+    with pytest.raises(RuntimeError, match="forward"):
+        net.backward(np.ones((2, 2)))

@@ -252,6 +252,12 @@ class Module:
     def __call__(self, x: Any) -> Any:
         return self.forward(x)
 
+    def clear_cache(self) -> None:
+        """Drop the forward caches of this module and every sub-module (frees memory after
+        an evaluation-only forward; a following backward raises ``RuntimeError``)."""
+        for _, mod in self.named_modules():
+            object.__setattr__(mod, "_cache", None)
+
     def _save(self, cache: Any) -> None:
         object.__setattr__(self, "_cache", cache)
 
