@@ -98,6 +98,18 @@ def test_gelu(approximate: str) -> None:
     _close(ours.backward(np.ones_like(y)), xt.grad, rtol=1e-12, atol=1e-13)
 
 
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_float32_is_correctly_rounded_to_about_one_ulp(approximate: str) -> None:
+    x = np.linspace(-5, 5, 1001, dtype=np.float32)
+    ref = torch.nn.GELU(approximate=approximate)(_t(x)).numpy()  # float64 reference
+    y = nn.GELU(approximate)(x)
+    assert y.dtype == np.float32
+    # computed in float64 (erf to ~1e-10 for float32 outputs) then rounded once: within one
+    # float32 ulp of the float64 value, i.e. relative 2^-23 ~ 1.2e-7 plus a tiny atol for
+    # the tail below -4 where the values are ~1e-4 and the erf error dominates
+    np.testing.assert_allclose(y, ref, rtol=1.2e-7, atol=1e-9)
+
+
 @pytest.mark.parametrize("unbiased", [True, False])
 @pytest.mark.parametrize(("axis", "shape"), [(-1, (8, 3)), (1, (4, 3, 2, 2))])
 def test_batch_norm_momentum_mapping(unbiased: bool, axis: int, shape: tuple[int, ...]) -> None:
