@@ -86,6 +86,17 @@ def test_nan_row_and_empty_batch(rng):
     np.testing.assert_array_equal(dw, np.zeros(4), strict=True)
 
 
+def test_inf_row_and_float32_overflow_stay_in_their_row(rng):
+    x = rng.standard_normal((3, 4)).astype(ml_dtypes.bfloat16)
+    x[0, 1] = np.inf
+    x[2, 0] = 1e30  # finite in bfloat16, but its square overflows the float32 statistic
+    out, cache = rms_norm_forward(x, None)  # no NumPy warning (warnings are errors here)
+    assert np.isfinite(out[1].astype(np.float32)).all()
+    assert not np.isfinite(out[0].astype(np.float32)).all()
+    dx, _ = rms_norm_backward(np.ones(x.shape, x.dtype), cache)
+    assert np.isfinite(dx[1].astype(np.float32)).all()
+
+
 def test_cache_is_small(rng):
     x = rng.standard_normal((7, 3, 5))
     _, cache = rms_norm_forward(x, None)

@@ -88,11 +88,16 @@ def dispatch(name: str, ref: Callable[..., Any], *args: Any) -> Any:
     """Run the kernel registered under ``name`` when it serves these arguments, else ``ref``.
 
     A kernel receives exactly ``ref``'s (validated) arguments and may return
-    ``NotImplemented`` to decline; the NumPy reference then runs.
+    ``NotImplemented`` to decline; the NumPy reference then runs. NaN/inf inputs and
+    float32 overflow produce NaN/inf in the affected rows without NumPy warnings.
     """
     fn = kernel(name)
-    if fn is not None:
-        result = fn(*args)
-        if result is not NotImplemented:
-            return result
-    return ref(*args)
+    # A row holding inf or NaN yields NaN in that row only (inf - inf inside the row) and a
+    # huge bfloat16 value may overflow float32 when squared: documented results, like
+    # PyTorch's, so NumPy's floating-point warnings are silenced here.
+    with np.errstate(invalid="ignore", over="ignore"):
+        if fn is not None:
+            result = fn(*args)
+            if result is not NotImplemented:
+                return result
+        return ref(*args)

@@ -83,6 +83,13 @@ def group_norm_forward(
     what = f"one value per channel, C = x.shape[1] = {c}"
     gamma = check_param(gamma, "gamma", (c,), what)
     beta = check_param(beta, "beta", (c,), what)
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN/inf stay in their group
+        return _group_norm_forward(x, g, gamma, beta, eps)
+
+
+def _group_norm_forward(
+    x: np.ndarray, g: int, gamma: np.ndarray | None, beta: np.ndarray | None, eps: float
+) -> tuple[np.ndarray, GroupNormCache]:
     cd = compute_dtype_of(x, gamma, beta)
     m, v = mean_var(_grouped(x.astype(cd, copy=False), g), (2,))  # (N, G, 1)
     mean, rstd = m[:, :, 0], rstd_from(v, eps)[:, :, 0]  # (N, G)
@@ -126,6 +133,13 @@ def group_norm_backward(
         raise TypeError("cache must be the GroupNormCache returned by group_norm_forward; "
                         f"got {type(cache).__name__}")
     dout = check_dout(dout, cache.x)
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN/inf stay in their group
+        return _group_norm_backward(dout, cache)
+
+
+def _group_norm_backward(
+    dout: np.ndarray, cache: GroupNormCache
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
     x, g, cd = cache.x, cache.num_groups, cache.rstd.dtype
     xhat = _xhat(x, cache.mean, cache.rstd, g)  # recomputed, (N, C, *S)
     gd = dout.astype(cd, copy=False)
