@@ -8,7 +8,7 @@ and float32 otherwise.
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
@@ -112,7 +112,7 @@ class GELU(Module):
     array([0.        , 0.84134...])
     """
 
-    def __init__(self, approximate: Literal["none", "tanh"] = "none") -> None:
+    def __init__(self, approximate: str = "none") -> None:
         super().__init__()
         if approximate not in ("none", "tanh"):
             raise ValueError(f"approximate must be 'none' or 'tanh'; got {approximate!r}")

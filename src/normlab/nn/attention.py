@@ -14,7 +14,7 @@ prefix uniformly.
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
@@ -88,7 +88,7 @@ class CausalSelfAttention(Module):
         rng: np.random.Generator,
         bias: bool = True,
         zero_qk: bool = False,
-        init: Literal["uniform", "xavier_normal", "normal"] = "uniform",
+        init: str = "uniform",
         dtype: Any = np.float32,
     ) -> None:
         super().__init__()

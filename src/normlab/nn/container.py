@@ -11,7 +11,7 @@ exactly; for post-norm the identity path passes through the norm's Jacobian,
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
@@ -119,7 +119,7 @@ class Residual(Module):
         self,
         sublayer: Module,
         norm: Module | None,
-        placement: Literal["pre", "post"] = "pre",
+        placement: str = "pre",
     ) -> None:
         super().__init__()
         if not isinstance(sublayer, Module):

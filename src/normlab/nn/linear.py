@@ -12,7 +12,7 @@ tying) and the backward adds both gradients.
 from __future__ import annotations
 
 import math
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
@@ -91,7 +91,7 @@ class Linear(Module):
         bias: bool = True,
         *,
         rng: np.random.Generator,
-        init: Literal["uniform", "xavier_normal", "normal", "zeros"] = "uniform",
+        init: str = "uniform",
         std: float = 0.02,
         dtype: Any = np.float32,
     ) -> None:

@@ -5,7 +5,7 @@ Dimension letters: N = leading dimensions (batch, time), V = number of classes.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
@@ -19,7 +19,7 @@ def softmax_cross_entropy(
     logits: Any,
     targets: Any,
     *,
-    reduction: Literal["mean", "sum"] = "mean",
+    reduction: str = "mean",
 ) -> tuple[float, np.ndarray]:
     """Cross-entropy of softmax(logits) against integer targets, and d loss / d logits.
 

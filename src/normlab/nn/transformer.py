@@ -13,7 +13,7 @@ backward.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
@@ -28,8 +28,6 @@ from normlab.nn.module import Module, Parameter
 from normlab.nn.normalization import LayerNorm, RMSNorm
 
 __all__ = ["MLP", "TransformerBlock", "TransformerLM", "make_norm"]
-
-Init = Literal["uniform", "xavier_normal", "normal"]
 
 
 def make_norm(kind: str, d: int, eps: float | None, dtype: Any) -> Module:
@@ -67,9 +65,9 @@ class MLP(Module):
         d_ff: int,
         *,
         rng: np.random.Generator,
-        activation: Literal["gelu", "relu"] = "gelu",
+        activation: str = "gelu",
         bias: bool = True,
-        init: Init = "uniform",
+        init: str = "uniform",
         dtype: Any = np.float32,
     ) -> None:
         super().__init__()
@@ -129,14 +127,14 @@ class TransformerBlock(Module):
         d: int,
         n_heads: int,
         d_ff: int,
-        placement: Literal["pre", "post"] = "pre",
-        norm: Literal["layer", "rms"] = "layer",
+        placement: str = "pre",
+        norm: str = "layer",
         dropout: float = 0.0,
         *,
         rng: np.random.Generator,
-        activation: Literal["gelu", "relu"] = "gelu",
+        activation: str = "gelu",
         bias: bool = True,
-        init: Init = "uniform",
+        init: str = "uniform",
         zero_qk: bool = False,
         eps: float | None = None,
         dtype: Any = np.float32,
@@ -205,16 +203,16 @@ class TransformerLM(Module):
         n_heads: int,
         n_layers: int,
         context: int,
-        placement: Literal["pre", "post"] = "pre",
-        norm: Literal["layer", "rms"] = "layer",
+        placement: str = "pre",
+        norm: str = "layer",
         *,
         rng: np.random.Generator,
         d_ff: int | None = None,
         dropout: float = 0.0,
         tie_weights: bool = False,
         embed_std: float = 0.02,
-        activation: Literal["gelu", "relu"] = "gelu",
-        init: Init = "uniform",
+        activation: str = "gelu",
+        init: str = "uniform",
         eps: float | None = None,
         dtype: Any = np.float32,
     ) -> None:
@@ -246,7 +244,7 @@ class TransformerLM(Module):
         """The L blocks, first to last."""
         return [b for b in self.body.blocks if isinstance(b, TransformerBlock)]
 
-    def ffn_weight(self, layer: int = -1, which: Literal["fc1", "fc2"] = "fc2") -> Parameter:
+    def ffn_weight(self, layer: int = -1, which: str = "fc2") -> Parameter:
         """The FFN weight W^1 (``"fc1"``) or W^2 (``"fc2"``) of block ``layer``."""
         if which not in ("fc1", "fc2"):
             raise ValueError(f"which must be 'fc1' or 'fc2'; got {which!r}")
