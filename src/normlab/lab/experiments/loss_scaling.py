@@ -149,19 +149,21 @@ def _train(settings: Settings, mode: str, steps: int, progress: Progress) -> dic
     return {"loss": np.array(losses), "scale": np.array(scales), "skipped": skipped}
 
 
-def _plot_histogram(g: np.ndarray) -> Any:
-    fig, ax = new_figure()
+def _plot_histogram(g: np.ndarray, scale: float) -> Any:
+    fig, ax = new_figure(width=7.0)
     nz = np.abs(g[g != 0]).astype(np.float64)
-    ax.hist(np.log2(nz), bins=60, color="tab:blue", alpha=0.8, label="|gradient| (fp32)")
-    lo = float(np.floor(np.log2(nz.min()))) - 1
-    ax.axvspan(lo, -25, color="tab:red", alpha=0.15, label="flushed to 0 in fp16 (< 2^-25)")
+    bins = np.arange(np.floor(np.log2(nz.min())) - 1, np.log2(nz.max() * scale) + 2, 0.5)
+    ax.hist(np.log2(nz), bins=bins, color="tab:blue", alpha=0.8, label="|g| (fp32)")
+    ax.hist(np.log2(nz * scale), bins=bins, histtype="step", color="tab:purple", lw=1.5,
+            label=f"|g| * S, S = 2^{int(np.log2(scale))} (the dynamic scaler's median)")
+    ax.axvspan(bins[0], -25, color="tab:red", alpha=0.15, label="flushed to 0 in fp16 (<= 2^-25)")
     ax.axvspan(-25, np.log2(_F16_NORMAL), color="tab:orange", alpha=0.15,
-               label="fp16 subnormal [2^-24, 2^-14)")
+               label="fp16 subnormals (2^-24 ... 2^-14)")
     ax.axvspan(np.log2(_F16_NORMAL), np.log2(_F16_MAX), color="tab:green", alpha=0.1,
-               label="fp16 normal [2^-14, 65504]")
+               label="fp16 normals (2^-14 ... 65504)")
     ax.set(xlabel="log2 |gradient value|", ylabel="count (nonzero values)",
            title=f"Backward signals of a small MLP, loss weighted by 2^{int(np.log2(LOSS_WEIGHT))}")
-    ax.legend(fontsize=8, loc="upper left")
+    ax.legend(fontsize=8, loc="upper right")
     return fig
 
 
@@ -208,6 +210,7 @@ def run(settings: Settings, progress: Progress) -> ExperimentResult:
     stall = (l16[0] - l16[-1]) / drop32
     match = abs(lsc[-1] - l32[-1]) / l32[-1]
     best = int(np.argmin(flushed[:first_over])) if first_over else 0
+    median_scale = float(np.median(runs["fp16+scaler"]["scale"]))
     checks = [
         Check(
             source="Micikevicius et al. 2017, Figure 3",
@@ -262,7 +265,7 @@ def run(settings: Settings, progress: Progress) -> ExperimentResult:
     )
     return ExperimentResult(
         name=NAME, title=TITLE, seed=settings.seed, summary=summary, checks=checks,
-        figures={"loss_scaling_histogram": _plot_histogram(g),
+        figures={"loss_scaling_histogram": _plot_histogram(g, median_scale),
                  "loss_scaling_flushed": _plot_flush(flushed, overflow),
                  "loss_scaling_training": _plot_training(runs)},
         tables=["\n".join(rows)],
