@@ -150,7 +150,7 @@ def _train(settings: Settings, mode: str, steps: int, progress: Progress) -> dic
 
 
 def _plot_histogram(g: np.ndarray, scale: float) -> Any:
-    fig, ax = new_figure(width=7.0)
+    fig, ax = new_figure(width=7.0, height=5.0)
     nz = np.abs(g[g != 0]).astype(np.float64)
     bins = np.arange(np.floor(np.log2(nz.min())) - 1, np.log2(nz.max() * scale) + 2, 0.5)
     ax.hist(np.log2(nz), bins=bins, color="tab:blue", alpha=0.8, label="|g| (fp32)")
@@ -163,7 +163,7 @@ def _plot_histogram(g: np.ndarray, scale: float) -> Any:
                label="fp16 normals (2^-14 ... 65504)")
     ax.set(xlabel="log2 |gradient value|", ylabel="count (nonzero values)",
            title=f"Backward signals of a small MLP, loss weighted by 2^{int(np.log2(LOSS_WEIGHT))}")
-    ax.legend(fontsize=8, loc="upper right")
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
     return fig
 
 
