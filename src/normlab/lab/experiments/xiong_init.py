@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from normlab._backend import use_backend
-from normlab.lab.plotting import new_figure
+from normlab.lab.experiments._xiong_figures import xiong_figures
 from normlab.lab.result import Check, ExperimentResult, Progress, Settings
 from normlab.nn import LayerNorm, Linear, TransformerBlock, softmax_cross_entropy
 
@@ -62,43 +62,58 @@ def _inputs(d: int, batch: int, rng: np.random.Generator) -> np.ndarray:
     return x * np.sqrt(d / np.sum(x * x, axis=-1, keepdims=True))  # ||x||^2 = d per token
 
 
-def _forward(placement: str, blocks: list[Any], x: np.ndarray) -> tuple[list[float], list]:
-    """Run the stack block by block; returns (||probe_l||^2/d for l = 1..L, outputs)."""
+def _forward(placement: str, blocks: list[Any], x: np.ndarray) -> tuple[list[float], list, list]:
+    """Run the stack block by block.
+
+    Returns (||probe_l||^2/d for l = 1..L, block outputs, FFN inputs), all (B,T,C) arrays.
+    """
     d = x.shape[-1]
-    probes, outs = [], []
+    probes, outs, ffn_ins = [], [], []
     for blk in blocks:
         h = blk.attn_residual.forward(x)  # B,T,C: N1(x + Attn(x)) or x + Attn(N1(x))
         if placement == "post":
             x5 = h + blk.ffn.forward(h)  # x^{post,5}: before the layer's last LayerNorm
             x = blk.mlp_residual.norm.forward(x5)
             probes.append(float(np.mean(np.sum(x5.astype(np.float64) ** 2, axis=-1)) / d))
+            ffn_ins.append(h)
         else:
-            x = h + blk.ffn.forward(blk.mlp_residual.norm.forward(h))
+            n = blk.mlp_residual.norm.forward(h)
+            x = h + blk.ffn.forward(n)
             probes.append(float(np.mean(np.sum(x.astype(np.float64) ** 2, axis=-1)) / d))
+            ffn_ins.append(n)
         outs.append(x)
-    return probes, outs
+    return probes, outs, ffn_ins
 
 
 def lemma2_profile(placement: str, d: int, layers: int, seed: int, batch: int = 8) -> np.ndarray:
     """||x_l||^2 / d (Pre-LN) or ||x^{post,5}_l||^2 / d (Post-LN) for l = 1..layers, one seed."""
     rng = np.random.default_rng(seed)
     blocks = _blocks(placement, d, layers, rng)
-    probes, _ = _forward(placement, blocks, _inputs(d, batch, rng))
+    probes, _, _ = _forward(placement, blocks, _inputs(d, batch, rng))
     return np.array(probes)
 
 
 def last_ffn_grad_norms(
     placement: str, d: int, depths: tuple[int, ...], seed: int, batch: int = 8
-) -> tuple[np.ndarray, np.ndarray]:
-    """(||dLoss/dW^{2,L}||_F for L in depths, the Lemma 2 profile) for one seed."""
+) -> dict[str, np.ndarray]:
+    """Gradients of the last FFN weight W^{2,L} for each depth L in ``depths``, one seed.
+
+    Returns arrays over depths: ``per_token`` = root mean square over tokens t of
+    ||dLoss_t/dW^{2,L}||_F = ||r_t|| ||g_t|| (r_t the ReLU features entering W^2, g_t the
+    gradient reaching its output; the quantity Theorem 1 bounds token by token),
+    ``full`` = ||dLoss/dW^{2,L}||_F of the mean loss from ``normlab.nn``'s backward,
+    ``mismatch`` = relative difference between that backward and sum_t r_t g_t^T / N,
+    and ``probes``, the Lemma 2 profile of the same forward.
+    """
     rng = np.random.default_rng(seed)
     blocks = _blocks(placement, d, max(depths), rng)
     x = _inputs(d, batch, rng)
     head = Linear(d, _V, bias=False, rng=rng, init="xavier_normal")
     final = LayerNorm(d)
     targets = rng.integers(0, _V, size=(batch, _T))  # B,T
-    probes, outs = _forward(placement, blocks, x)
-    norms = []
+    probes, outs, ffn_ins = _forward(placement, blocks, x)
+    n_tok = batch * _T
+    per_token, full, mismatch = [], [], []
     for depth in depths:
         blk = blocks[depth - 1]
         top = final.forward(outs[depth - 1]) if placement == "pre" else outs[depth - 1]
@@ -108,54 +123,27 @@ def last_ffn_grad_norms(
             dffn = final.backward(dtop)
         else:  # y = N2(x5), x5 = h + FFN(h)
             dffn = blk.mlp_residual.norm.backward(dtop)
-        w2 = blk.ffn.fc2.weight
+        w1, w2 = blk.ffn.fc1.weight, blk.ffn.fc2.weight
         w2.grad = None
         blk.ffn.backward(dffn)
-        norms.append(float(np.linalg.norm(w2.grad)))
-    return np.array(norms), np.array(probes)
+        g = dffn.reshape(n_tok, d).astype(np.float64)  # N,C (of the mean loss)
+        r = np.maximum(ffn_ins[depth - 1].reshape(n_tok, d) @ w1.data.T, 0.0)  # N,F
+        r = r.astype(np.float64)
+        tok = np.linalg.norm(r, axis=1) * np.linalg.norm(g, axis=1) * n_tok  # N
+        per_token.append(float(np.sqrt(np.mean(tok**2))))
+        full.append(float(np.linalg.norm(w2.grad)))
+        direct = g.T @ r  # C,F: sum over tokens, as the library's accumulated gradient
+        mismatch.append(float(np.linalg.norm(direct - w2.grad) / np.linalg.norm(direct)))
+    return {
+        "per_token": np.array(per_token),
+        "full": np.array(full),
+        "mismatch": np.array(mismatch),
+        "probes": np.array(probes),
+    }
 
 
 def _slope(depths: tuple[int, ...], values: np.ndarray) -> float:
     return float(np.polyfit(np.log(depths), np.log(values), 1)[0])
-
-
-def _figures(d_lemma: int, lemma: dict[str, np.ndarray], d_thm: int, grads: dict) -> dict:
-    layers = np.arange(1, lemma["post"].shape[1] + 1)
-    fig1, ax = new_figure(width=6.8, height=4.4)
-    for placement, label, color in (("post", "Post-LN: ||x^{post,5}_l||²/d", "C3"),
-                                    ("pre", "Pre-LN: ||x_l||²/d", "C0")):  # fmt: skip
-        mean = lemma[placement].mean(axis=0)
-        ax.plot(layers, mean, "o-", color=color, label=label)
-        ax.fill_between(
-            layers, lemma[placement].min(axis=0), lemma[placement].max(axis=0),
-            color=color, alpha=0.2,
-        )  # fmt: skip
-    ax.plot(layers, 1 + layers / 2, "k--", lw=1, label="Lemma 2 bounds (1 + l/2, 1 + 3l/2)")
-    ax.plot(layers, 1 + 3 * layers / 2, "k--", lw=1)
-    ax.axhspan(POST_TARGET - POST_TOL, POST_TARGET + POST_TOL, color="C3", alpha=0.1)
-    ax.set(
-        xlabel="layer l",
-        ylabel="squared norm / d (dimensionless)",
-        title=f"Lemma 2 at initialization (d = {d_lemma}, "
-        f"{lemma['post'].shape[0]} seeds; band = min..max over seeds)",
-    )
-    ax.legend(fontsize=8)
-    fig2, ax2 = new_figure(width=6.8, height=4.4)
-    depths = np.array(DEPTHS)
-    for placement, label, color in (("post", "Post-LN", "C3"), ("pre", "Pre-LN", "C0")):
-        g = grads[placement].mean(axis=0)
-        slope = _slope(DEPTHS, g)
-        ax2.loglog(depths, g, "o-", color=color, label=f"{label} (slope {slope:+.2f})")
-    ref = grads["pre"].mean(axis=0)[0] * (depths / depths[0]) ** -0.5
-    ax2.loglog(depths, ref, "k:", lw=1, label="L^(-1/2) reference")
-    ax2.set(
-        xlabel="number of layers L",
-        ylabel="||dLoss/dW^{2,L}||_F (last FFN weight)",
-        title=f"Theorem 1: gradient of the last FFN weight (d = {d_thm})",
-    )
-    ax2.set_xticks(depths, [str(v) for v in depths])
-    ax2.legend(fontsize=8)
-    return {"lemma2": fig1, "theorem1": fig2}
 
 
 def _run(settings: Settings, progress: Progress) -> ExperimentResult:
@@ -169,17 +157,23 @@ def _run(settings: Settings, progress: Progress) -> ExperimentResult:
     seeds = np.random.SeedSequence(settings.seed).generate_state(n_lemma + n_thm)
     lemma: dict[str, np.ndarray] = {}
     grads: dict[str, np.ndarray] = {}
+    full: dict[str, np.ndarray] = {}
+    mismatch = 0.0
     for placement in ("post", "pre"):
         rows = []
         for s in seeds[:n_lemma]:
             rows.append(lemma2_profile(placement, d_lemma, layers, int(s), batch))
             progress.advance()
         lemma[placement] = np.array(rows)  # seeds, layers
-        rows = []
+        per_token, whole = [], []
         for s in seeds[n_lemma:]:
-            rows.append(last_ffn_grad_norms(placement, d_thm, DEPTHS, int(s), batch)[0])
+            out = last_ffn_grad_norms(placement, d_thm, DEPTHS, int(s), batch)
+            per_token.append(out["per_token"])
+            whole.append(out["full"])
+            mismatch = max(mismatch, float(np.max(out["mismatch"])))
             progress.advance()
-        grads[placement] = np.array(rows)  # seeds, depths
+        grads[placement] = np.array(per_token)  # seeds, depths
+        full[placement] = np.array(whole)  # seeds, depths
     post, pre = lemma["post"].mean(axis=0), lemma["pre"].mean(axis=0)
     ls = np.arange(1, layers + 1)
     post_dev = float(np.max(np.abs(post - POST_TARGET)))
@@ -209,8 +203,9 @@ def _run(settings: Settings, progress: Progress) -> ExperimentResult:
         Check(
             src_t,
             "Post-LN: the last FFN weight's gradient does not shrink with depth L",
-            f"log-log slope of mean ||dW^{{2,L}}||_F vs L in {list(DEPTHS)} within "
-            f"+-{POST_SLOPE_TOL}",
+            f"log-log slope of the per-token ||dLoss_t/dW^{{2,L}}||_F (RMS over tokens, "
+            f"mean over {n_thm} seeds) vs L in {list(DEPTHS)} within +-{POST_SLOPE_TOL} "
+            f"(d = {d_thm})",
             f"slope {slope_post:+.3f}",
             abs(slope_post) <= POST_SLOPE_TOL,
             {"slope": slope_post, "grad_norms": grads["post"].mean(axis=0).tolist()},
@@ -229,11 +224,18 @@ def _run(settings: Settings, progress: Progress) -> ExperimentResult:
     for i in range(layers):
         l = i + 1
         table.append(f"| {l} | {post[i]:.3f} | {pre[i]:.2f} | [{1 + l / 2:g}, {1 + 3 * l / 2:g}] |")
-    gt = ["| L | Post-LN ||dW^{2,L}||_F | Pre-LN ||dW^{2,L}||_F |", "|---|---|---|"]
+    gt = [
+        "| L | Post-LN per token | Pre-LN per token | Post-LN mean loss | Pre-LN mean loss |",
+        "|---|---|---|---|---|",
+    ]
     for j, depth in enumerate(DEPTHS):
-        gt.append(
-            f"| {depth} | {grads['post'][:, j].mean():.4g} | {grads['pre'][:, j].mean():.4g} |"
-        )
+        cells = [grads["post"], grads["pre"], full["post"], full["pre"]]
+        gt.append(f"| {depth} | " + " | ".join(f"{c[:, j].mean():.4g}" for c in cells) + " |")
+    slopes_full = {k: _slope(DEPTHS, v.mean(axis=0)) for k, v in full.items()}
+    gt.append(
+        f"| slope | {slope_post:+.3f} | {slope_pre:+.3f} | {slopes_full['post']:+.3f} "
+        f"| {slopes_full['pre']:+.3f} |"
+    )
     return ExperimentResult(
         name=NAME,
         title=TITLE,
@@ -243,10 +245,14 @@ def _run(settings: Settings, progress: Progress) -> ExperimentResult:
             "of width d) built from `normlab.nn.TransformerBlock` at initialization. Post-LN "
             "keeps every layer's pre-norm sum at 1.5 d and hands the last layer a gradient "
             "that ignores depth; Pre-LN's residual stream grows linearly, so the final "
-            "LayerNorm divides the last layer's gradient by about sqrt(L)."
+            "LayerNorm divides the last layer's gradient by about sqrt(L). Theorem 1 bounds "
+            "the gradient token by token, so the checks use the per-token gradient norm "
+            "||r_t|| ||g_t||; the table also shows the norm of the mean-loss gradient from "
+            "the library's backward, whose Post-LN slope drifts upward because tokens grow "
+            "alike with depth (their gradients add coherently)."
         ),
         checks=checks,
-        figures=_figures(d_lemma, lemma, d_thm, grads),
+        figures=xiong_figures(d_lemma, lemma, d_thm, grads, DEPTHS, (POST_TARGET, POST_TOL)),
         tables=["\n".join(table), "\n".join(gt)],
         metrics={
             "lemma2_post_per_layer": post.tolist(),
@@ -256,6 +262,9 @@ def _run(settings: Settings, progress: Progress) -> ExperimentResult:
             "theorem1_pre_grad_norms": grads["pre"].mean(axis=0).tolist(),
             "theorem1_post_slope": slope_post,
             "theorem1_pre_slope": slope_pre,
+            "theorem1_mean_loss_grad_norms": {k: v.mean(axis=0).tolist() for k, v in full.items()},
+            "theorem1_mean_loss_slopes": slopes_full,
+            "backward_vs_direct_max_rel_mismatch": mismatch,
         },
         settings={
             "lemma2_d": d_lemma,
