@@ -58,8 +58,10 @@ def _timeit(fn: Callable[[], Any], repeats: int, budget_s: float) -> float:
     return statistics.median(times)
 
 
-def _copy_bandwidth(nbytes: int, repeats: int) -> float:
-    """Bytes per second of a large copy (read + write), best of NumPy and a numba prange."""
+def _copy_bandwidth(nbytes: int, repeats: int) -> tuple[float, float]:
+    """Bytes per second of a large copy (read + write) into an existing buffer, best of NumPy
+    and a numba prange (the bound's yardstick), and of ``src.copy()`` into a new array (the
+    cost every op returning a fresh array also pays: the OS zero-fills new pages)."""
     src = np.ones(nbytes // 4, np.float32)
     dst = np.empty_like(src)
     best = _timeit(lambda: np.copyto(dst, src), repeats, 2.0)
@@ -67,7 +69,8 @@ def _copy_bandwidth(nbytes: int, repeats: int) -> float:
         from normlab.kernels import _copy
 
         best = min(best, _timeit(lambda: _copy.parallel_copy(src, dst), repeats, 2.0))
-    return 2 * src.nbytes / best
+    fresh = _timeit(src.copy, repeats, 2.0)
+    return 2 * src.nbytes / best, 2 * src.nbytes / fresh
 
 
 def _torch() -> Any:
@@ -263,7 +266,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "budget": 1.0 if args.quick else 3.0, "kernels": kernels, "torch": _torch(),
     }
     # at least 64 MiB per buffer, so the copy streams from memory, not from the caches
-    ctx["bandwidth"] = _copy_bandwidth(max(4 * shapes[0][0] * shapes[0][1], 2**26), repeats)
+    ctx["bandwidth"], fresh_bw = _copy_bandwidth(max(4 * shapes[0][0] * shapes[0][1], 2**26),
+                                                 repeats)
     threads = None
     if kernels:
         from normlab.kernels import _copy
@@ -273,6 +277,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "cpu_count": os.cpu_count(), "numba_threads": threads,
         "torch_threads": ctx["torch"].get_num_threads() if ctx["torch"] else None,
         "kernels": kernels, "copy_bandwidth_GBps": ctx["bandwidth"] / 1e9,
+        "copy_to_new_array_GBps": fresh_bw / 1e9,
     }
     if not kernels:
         print("kernels unavailable (NORMLAB_BACKEND=numpy or numba missing): reference only")
