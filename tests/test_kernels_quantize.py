@@ -17,9 +17,16 @@ numba = pytest.importorskip("numba")
 
 from normlab._backend import kernel, use_backend  # noqa: E402
 from normlab.precision import NAMED_FORMATS, decode, get_format, quantize  # noqa: E402
+from normlab.precision.formats import Format, NanConvention  # noqa: E402
 from normlab.precision.rounding import RoundingMode, quantize_reference  # noqa: E402
 
-FORMATS = [*NAMED_FORMATS, get_format("e3m4")]
+# the named formats, an ExMy user format and flush-to-zero user formats (no subnormals)
+FORMATS = [
+    *NAMED_FORMATS,
+    get_format("e3m4"),
+    Format("e5m2_ftz", 5, 2, has_subnormals=False),
+    Format("e4m3fn_ftz", 4, 3, has_infinity=False, nan=NanConvention.FN, has_subnormals=False),
+]
 MODES = list(RoundingMode)
 
 
