@@ -4,11 +4,14 @@ Dimension letters: N elements (flattened C order).
 
 Receives the validated ``(x, fmt, mode, saturate, seed, random_bits)`` of the reference's
 kernel seam (see :mod:`normlab.precision.rounding`) and returns an array bit-identical to
-``quantize_reference``, or ``NotImplemented`` for formats it leaves to the reference:
-formats without a zero or unsigned ones (E8M0: scales, never a hot path, with ml_dtypes'
-float32-subnormal quirk). Everything a Format decides (overflow to inf / NaN / max, what an
-infinite input becomes, flushing where there are no subnormals) is turned into a handful
-of bit patterns here, in Python, so the compiled loops only compare and select integers.
+``quantize_reference``, or ``NotImplemented`` for a format whose smallest normal lies below
+the input's (float32 input to E8M0, emin = -127: float32 subnormals there round with the
+reference's ml_dtypes quirk; float64 input to E8M0 is served). Formats without a zero or
+without a sign (E8M0) take a second pass with their extra rules (see
+:func:`normlab.kernels._round.fix_unsigned_or_zeroless`). Everything a Format decides
+(overflow to inf / NaN / max, what an infinite input becomes, flushing where there are no
+subnormals) is turned into a handful of bit patterns here, in Python, so the compiled loops
+only compare and select integers.
 
 Stochastic rounding draws the same words as the reference: ``splitmix64(seed + i)`` on the
 flat C-order index i, computed per element inside the loop (no N-sized word array), or the
@@ -30,6 +33,7 @@ __all__: list[str] = []
 
 # float dtype -> (unsigned view, stored mantissa bits F)
 _INPUT = {np.dtype(np.float32): (np.uint32, 23), np.dtype(np.float64): (np.uint64, 52)}
+_MIN_EXP = {np.dtype(np.float32): -126, np.dtype(np.float64): -1022}  # input min normal
 _EMPTY_WORDS = np.zeros(0, np.uint64)
 
 
@@ -64,7 +68,7 @@ def quantize(
     random_bits: np.ndarray | None,
 ) -> Any:
     """Kernel of ``quantize_reference``: one pass, x's dtype and shape."""
-    if x.dtype not in _INPUT or not fmt.has_zero or not fmt.signed:
+    if x.dtype not in _INPUT or fmt.emin < _MIN_EXP[x.dtype]:
         return NotImplemented
     utype, _ = _INPUT[x.dtype]
     xb = np.ascontiguousarray(x).reshape(-1).view(utype)  # (N,)
@@ -84,4 +88,8 @@ def quantize(
         else:
             assert seed is not None
             stochastic(*args, _EMPTY_WORDS, np.uint64(seed % 2**64), True)
+    if not fmt.has_zero or not fmt.signed:
+        minnorm = _bits(2.0**fmt.emin, x.dtype, utype)
+        _round.fix_unsigned_or_zeroless(xb, out, minnorm, args[-1], not fmt.has_zero,
+                                        not fmt.signed)
     return out.view(x.dtype).reshape(x.shape)

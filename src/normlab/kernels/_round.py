@@ -29,7 +29,14 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-__all__ = ["round_away", "round_nearest", "round_stochastic", "round_zero", "splitmix64"]
+__all__ = [
+    "fix_unsigned_or_zeroless",
+    "round_away",
+    "round_nearest",
+    "round_stochastic",
+    "round_zero",
+    "splitmix64",
+]
 
 
 # One kernel per mode: a runtime mode switch inside the loop stops LLVM from vectorising it.
@@ -166,3 +173,27 @@ def round_stochastic(xbits, out, m, emin, qbits, maxbits, ovf,
         up = r64 > ~w  # r64 + w >= 2^64
         out[i] = _join(a, s, u, up, d, dc, M, infb, qbits, maxbits, ovf, flush_bits,
                        inf_out, nan_keep, nan_out)
+
+
+@njit(parallel=True, cache=True)
+def fix_unsigned_or_zeroless(xbits, out, minnorm, qnan, no_zero, unsigned):
+    """Second pass for formats without a zero or without a sign (E8M0), on ``out`` in place.
+
+    After the rounding pass: finite nonzero magnitudes below the min normal become the min
+    normal and a zero result becomes NaN (``no_zero``); a negative nonzero input becomes
+    NaN, even when it would round to zero, and only NaN keeps a sign (``unsigned``).
+    """
+    u, _M, _B, signbit, infb = _consts(xbits)
+    for i in prange(xbits.shape[0]):
+        s = xbits[i] & signbit
+        a = xbits[i] ^ s
+        r = out[i] & ~signbit
+        finite = a < infb
+        if no_zero and finite and a != u(0) and a < minnorm:
+            r = minnorm
+        if no_zero and finite and r == u(0):
+            r = qnan
+        if unsigned and s != u(0) and a != u(0):
+            r = qnan
+        keep_sign = (r > infb) or not unsigned
+        out[i] = r | (s if keep_sign else u(0))
