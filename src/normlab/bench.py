@@ -295,7 +295,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         info["compile"] = _compile_times()
     print(json.dumps(info, indent=None))
     print(_table(rows))
-    print("correctness:", "ok" if ok else "FAILED", "(norm errors in units of 16 eps32 sqrt(W) "
+    verdict = ("ok" if ok else "FAILED") if kernels else "not checked (no kernels)"
+    print("correctness:", verdict, "(norm errors in units of 16 eps32 sqrt(W) "
           "max|ref|; quantize bit-identical to the reference on the rows it was timed on; its "
           "NumPy time is scaled from those rows to the whole array)")
     for r in rows:
