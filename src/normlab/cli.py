@@ -76,9 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _report(names: Sequence[str], size: str, seed: int, out: str, progress: bool) -> int:
+    from normlab.lab._deps import require
     from normlab.lab.report import run_report
     from normlab.lab.result import Settings
 
+    for module in ("matplotlib", "tqdm"):  # fail early, with the install hint
+        require(module)
     settings = Settings(size=size, seed=seed)  # type: ignore[arg-type]
     status, outcomes, files = run_report(names, settings, Path(out), show_progress=progress)
     words = {"pass": "PASS", "fail": "FAIL", "error": "ERROR"}

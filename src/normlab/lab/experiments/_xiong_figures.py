@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from normlab.lab._deps import require
 from normlab.lab.plotting import new_figure
 
 __all__ = ["xiong_figures"]
@@ -60,5 +61,9 @@ def xiong_figures(
         title=f"Theorem 1: gradient of the last FFN weight (d = {d_thm})",
     )
     ax2.set_xticks(xs, [str(v) for v in depths])
+    ax2.minorticks_off()
+    ticker = require("matplotlib.ticker")
+    ax2.yaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 3.0, 5.0)))
+    ax2.yaxis.set_major_formatter(ticker.FormatStrFormatter("%g"))
     ax2.legend(fontsize=8)
     return {"lemma2": fig1, "theorem1": fig2}

@@ -109,8 +109,12 @@ def _figure(comp: dict[str, float], gaps: dict[int, float]) -> object:
     fig, (ax1, ax2) = new_figure(1, 2, width=5.2, height=4.2)
     labels = ["LayerNorm\nin batches", "LayerNorm\ndecoded", "BatchNorm\nin batches"]
     values = [comp["ln_in_batches"], comp["ln_decode"], comp["bn_in_batches"]]
-    ax1.bar(labels, np.maximum(values, 1e-17), color=["C0", "C0", "C3"])
+    bars = ax1.bar(labels, np.maximum(values, 1e-17), color=["C0", "C0", "C3"])
     ax1.set_yscale("log")
+    ax1.set_ylim(top=30.0)  # room for the value labels
+    for bar, v in zip(bars, values, strict=True):
+        text = "exactly 0" if v == 0 else f"{v:.2g}"
+        ax1.text(bar.get_x() + bar.get_width() / 2, max(v, 1e-17) * 3, text, ha="center")
     ax1.axhline(SAME_TOL, color="k", ls=":", lw=1, label="1e-12 (float64 rounding level)")
     ax1.set(
         ylabel="max relative change of one example's output", title="Same example, other company"

@@ -74,17 +74,22 @@ def dropout_moments(x: np.ndarray, p: float, n: int, rng: np.random.Generator) -
 def _figure(x: np.ndarray, stats: dict[float, dict]) -> object:
     fig, (ax_m, ax_v) = new_figure(1, 2, width=5.2, height=4.2)
     for p, s in stats.items():
-        ax_m.plot(x, s["mean"], "o", ms=3.5, label=f"p = {p}")
+        ax_m.semilogx(np.abs(x), s["z_mean"], "o", ms=3.5, label=f"p = {p}")
         ax_v.loglog(s["var_true"], s["var"], "o", ms=3.5, label=f"p = {p}")
-    lim = [float(x.min()), float(x.max())]
-    ax_m.plot(lim, lim, "k-", lw=1, label="E[out] = x")
-    ax_m.set(xlabel="input value x", ylabel="sample mean of dropout(x)", title="Mean is preserved")
+    for bound in (-Z_BOUND, Z_BOUND):
+        ax_m.axhline(bound, color="k", ls="--", lw=1)
+    ax_m.axhline(0.0, color="k", lw=0.8)
+    ax_m.set(
+        xlabel="|x| (input magnitude)",
+        ylabel="(sample mean - x) / standard error",
+        title=f"Mean is preserved (dashed: +-{Z_BOUND} standard errors)",
+    )
     all_true = np.concatenate([s["var_true"] for s in stats.values()])
     vlim = [float(all_true.min()), float(all_true.max())]
     ax_v.plot(vlim, vlim, "k-", lw=1, label="Var = x² p/(1-p)")
     ax_v.set(
         xlabel="predicted variance x² p/(1-p)",
-        ylabel="sample variance of dropout(x)",
+        ylabel="measured mean of (dropout(x) - x)²",
         title="Variance matches x² p/(1-p)",
     )
     ax_m.legend(fontsize=8)

@@ -143,7 +143,8 @@ def _figure(change: np.ndarray) -> object:
     ax.set_yticks(range(len(METHODS)), METHODS)
     for r in range(len(METHODS)):
         for c in range(len(TRANSFORMS)):
-            ax.text(c, r, _word(change[r, c]), ha="center", va="center", color="w", fontsize=8)
+            color = "k" if change[r, c] > CHANGED_TOL else "w"  # readable on yellow / purple
+            ax.text(c, r, _word(change[r, c]), ha="center", va="center", color=color, fontsize=9)
     fig.colorbar(image, ax=ax, label="log10 max relative change of the output")
     ax.set_title("Invariance of normalised layers (float64; invariant: change <= 1e-12)")
     ax.tick_params(axis="x", labelsize=8)
