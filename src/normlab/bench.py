@@ -256,7 +256,22 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the benchmark; returns 0, or 1 when a correctness check fails."""
+    """Run the benchmark: correctness checks first, then the timing table.
+
+    Parameters
+    ----------
+    argv : command-line arguments (``--quick``, ``--json PATH``, ``--repeats N``,
+        ``--no-compile``); None reads ``sys.argv``.
+
+    Returns
+    -------
+    0 when every check passed (or no kernel was there to check), 1 otherwise.
+
+    Example
+    -------
+    >>> main(["--quick", "--no-compile", "--json", "bench.json"])  # doctest: +SKIP
+    0
+    """
     args = _parser().parse_args(argv)
     shapes = [(256, 1024), (4096, 64)] if args.quick else [(8192, 4096), (65536, 1024)]
     repeats = args.repeats or (3 if args.quick else 7)
