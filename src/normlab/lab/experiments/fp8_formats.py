@@ -23,8 +23,15 @@ import numpy as np
 
 from normlab.lab.plotting import new_figure
 from normlab.lab.result import Check, ExperimentResult, Progress, Settings
-from normlab.precision import FLOAT8_E4M3FN, FLOAT8_E5M2, Format, quantize
-from normlab.precision.fp8_scaling import DelayedScaling, Fp8Meta, quantize_current_scaling
+from normlab.precision import (
+    FLOAT8_E4M3FN,
+    FLOAT8_E5M2,
+    DelayedScaling,
+    Format,
+    Fp8Meta,
+    quantize,
+    quantize_current_scaling,
+)
 
 __all__ = ["NAME", "TITLE", "drift_scales", "relative_error", "run", "scale_sweep"]
 

@@ -24,8 +24,7 @@ from normlab.lab.plotting import new_figure
 from normlab.lab.result import Check, ExperimentResult, Progress, Settings
 from normlab.nn import Linear, Parameter, ReLU
 from normlab.nn.optim import SGD
-from normlab.precision import FLOAT16, quantize
-from normlab.precision.loss_scaling import DynamicLossScaler
+from normlab.precision import FLOAT16, DynamicLossScaler, quantize
 
 __all__ = ["LOSS_WEIGHT", "NAME", "SCALE_EXPONENTS", "TITLE", "gradient_sample", "run"]
 

@@ -23,8 +23,14 @@ import numpy as np
 from normlab.lab.plotting import new_figure
 from normlab.lab.result import Check, ExperimentResult, Progress, Settings
 from normlab.nn import Parameter
-from normlab.precision import BFLOAT16, FLOAT16, Format, quantize
-from normlab.precision.mixed import LowPrecisionUpdater, MasterWeights
+from normlab.precision import (
+    BFLOAT16,
+    FLOAT16,
+    Format,
+    LowPrecisionUpdater,
+    MasterWeights,
+    quantize,
+)
 
 __all__ = ["NAME", "TITLE", "run", "swamping_ratio"]
 
