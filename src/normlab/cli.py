@@ -41,6 +41,8 @@ def _add_size(p: argparse.ArgumentParser) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argparse parser of ``normlab`` (exposed for tests and documentation)."""
+    from normlab.lab.experiments import EXPERIMENTS  # the registry only: no heavy import
+
     parser = argparse.ArgumentParser(
         prog="normlab",
         description="normlab: normalization, residuals and precision, with a lab that "
@@ -51,11 +53,16 @@ def build_parser() -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="run the experiments and write the report")
     _add_size(rep)
     rep.add_argument("--out", default=DEFAULT_OUT, help=f"output folder (default ./{DEFAULT_OUT}/)")
-    rep.add_argument("--only", default=None, help="comma-separated experiment names (see list)")
+    rep.add_argument(
+        "--only",
+        default=None,
+        metavar="NAME,...",
+        help="comma-separated experiment names: " + ", ".join(EXPERIMENTS),
+    )
     rep.add_argument("--no-progress", action="store_true", help="hide the progress bars")
 
     run = sub.add_parser("run", help="run one experiment and write its report")
-    run.add_argument("name", help="experiment name (see `normlab list`)")
+    run.add_argument("name", help="experiment name: " + ", ".join(EXPERIMENTS))
     _add_size(run)
     run.add_argument("--out", default=None, help=f"output folder (default ./{DEFAULT_OUT}/NAME/)")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bars")

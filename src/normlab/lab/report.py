@@ -107,7 +107,20 @@ def _experiment_metrics(o: Outcome) -> dict[str, Any]:
 def write_report(
     outcomes: Sequence[Outcome], out_dir: str | Path, settings: Settings, *, total_s: float
 ) -> ReportFiles:
-    """Write report.md, report.html, figures/*.png and metrics.json into ``out_dir``."""
+    """Write report.md, report.html, figures/*.png and metrics.json into ``out_dir``.
+
+    Parameters
+    ----------
+    outcomes : the experiments' outcomes, in report order (see :mod:`normlab.lab.runner`).
+    out_dir : folder to write into (created if needed; existing files are overwritten).
+    settings : the size and seed the experiments ran with (written in the header).
+    total_s : wall time of the whole run, in seconds.
+
+    Returns
+    -------
+    ReportFiles
+        The paths written.
+    """
     out = Path(out_dir)
     (out / "figures").mkdir(parents=True, exist_ok=True)
     figures = {o.name: _render_figures(o, out) for o in outcomes}
@@ -148,7 +161,26 @@ def run_report(
     show_progress: bool = False,
     loader: Callable[[str], Any] = load,
 ) -> tuple[int, list[Outcome], ReportFiles]:
-    """Run ``names``, write the report into ``out_dir``; returns (exit status, outcomes, files)."""
+    """Run ``names`` and write the report into ``out_dir``: the engine of ``normlab report``.
+
+    Parameters
+    ----------
+    names : experiment names in report order (:func:`normlab.lab.experiments.resolve`).
+    settings : size and seed for every experiment.
+    out_dir : output folder.
+    show_progress : tqdm bars on stderr (one per experiment plus the overall line).
+    loader : maps a name to its module (default: import it from the registry).
+
+    Returns
+    -------
+    (status, outcomes, files)
+        ``status`` is 0 when every experiment passed, else 1.
+
+    Example
+    -------
+    >>> status, outcomes, files = run_report(["invariance"], Settings("quick"), "out")
+    ... # doctest: +SKIP
+    """
     start = time.perf_counter()
     outcomes = run_experiments(names, settings, loader=loader, show_progress=show_progress)
     files = write_report(outcomes, out_dir, settings, total_s=time.perf_counter() - start)
