@@ -63,7 +63,7 @@ def xiong_figures(
     ax2.set_xticks(xs, [str(v) for v in depths])
     ax2.minorticks_off()
     ticker = require("matplotlib.ticker")
-    ax2.yaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 3.0, 5.0)))
+    ax2.yaxis.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 1.5, 2.0, 3.0, 5.0, 7.0)))
     ax2.yaxis.set_major_formatter(ticker.FormatStrFormatter("%g"))
     ax2.legend(fontsize=8)
     return {"lemma2": fig1, "theorem1": fig2}
