@@ -10,8 +10,10 @@ Setup: a 3-layer ReLU MLP regressing a random teacher, its loss multiplied by a 
 ``loss_weight`` (as a mean over many tokens or a small auxiliary loss would make it) and the
 learning rate divided by it, so the fp32 run is unchanged while the gradients are tiny. The
 fp16 runs round weights, activations and every backward signal to fp16 and keep fp32 master
-weights (the step itself is not the problem here). Dimension letters: B = batch,
-F = input features, H = hidden width.
+weights (the step itself is not the problem here): ``MasterWeights`` and
+``mixed_precision_step`` (unscale, skip on overflow, step, refresh) from
+:mod:`normlab.precision`, with a ``StaticLossScaler(1)`` or a ``DynamicLossScaler``.
+Dimension letters: B = batch, F = input features, H = hidden width.
 """
 
 from __future__ import annotations
@@ -24,7 +26,15 @@ from normlab.lab.plotting import new_figure
 from normlab.lab.result import Check, ExperimentResult, Progress, Settings
 from normlab.nn import Linear, Parameter, ReLU
 from normlab.nn.optim import SGD
-from normlab.precision import FLOAT16, DynamicLossScaler, quantize
+from normlab.precision import (
+    FLOAT16,
+    FLOAT32,
+    DynamicLossScaler,
+    MasterWeights,
+    StaticLossScaler,
+    mixed_precision_step,
+    quantize,
+)
 
 __all__ = ["LOSS_WEIGHT", "NAME", "SCALE_EXPONENTS", "TITLE", "gradient_sample", "run"]
 
@@ -49,7 +59,6 @@ class _Net:
             Linear(f, h, rng=rng), ReLU(), Linear(h, h, rng=rng), ReLU(), Linear(h, 1, rng=rng)
         ]
         self.params: list[Parameter] = [p for lay in self.layers for p in lay.parameters()]
-        self.master = [Parameter(p.data.astype(np.float32)) for p in self.params]
 
     def _round(self, a: np.ndarray, fp16: bool) -> np.ndarray:
         return quantize(a, FLOAT16) if fp16 else a
@@ -58,12 +67,11 @@ class _Net:
                        keep: list[np.ndarray] | None = None) -> float:
         """Forward and backward of ``scale * LOSS_WEIGHT * 0.5 mean (f(x) - y)^2``.
 
-        Working weights are the masters (rounded to fp16 when ``fp16``); gradients land in
-        each working parameter's ``.grad``; ``keep`` collects every backward signal.
-        Returns the unweighted loss 0.5 mean (f(x) - y)^2.
+        The weights are used as they are (a fp16 working copy when training in fp16);
+        gradients land in each parameter's ``.grad``; ``keep`` collects every backward
+        signal. Returns the unweighted loss 0.5 mean (f(x) - y)^2.
         """
-        for p, m in zip(self.params, self.master, strict=True):
-            p.data = self._round(m.data, fp16)
+        for p in self.params:
             p.grad = None
         h = self._round(x, fp16)  # B,F
         for lay in self.layers:
@@ -125,26 +133,20 @@ def _train(settings: Settings, mode: str, steps: int, progress: Progress) -> dic
     """Full-batch SGD in ``mode`` = "fp32", "fp16" (no scaling) or "fp16+scaler"."""
     x, y, f, h = _data(settings)
     net = _Net(f, h, np.random.default_rng([settings.seed, 40]))
-    opt = SGD(net.master, lr=_LR / LOSS_WEIGHT)
-    scaler = None
+    fp16 = mode != "fp32"
+    master = MasterWeights(net.params, FLOAT16 if fp16 else FLOAT32)  # fp32 masters
+    opt = SGD(master.params, lr=_LR / LOSS_WEIGHT)
+    scaler: DynamicLossScaler | StaticLossScaler = StaticLossScaler(1.0)
     if mode == "fp16+scaler":
         scaler = DynamicLossScaler(init_scale=2.0**40, growth_interval=50)
     losses, scales, applied, skipped = [], [], [], 0
     for t in range(steps):
-        scale = scaler.scale if scaler is not None else 1.0
-        losses.append(net.loss_and_grads(x, y, scale, fp16=mode != "fp32"))
+        scale = scaler.scale
+        losses.append(net.loss_and_grads(x, y, scale, fp16=fp16))
         applied.append(t - skipped)  # optimizer updates made before this loss was measured
-        for p, m in zip(net.params, net.master, strict=True):
-            m.grad = np.asarray(p.grad, dtype=np.float32).copy()
-        found_inf = False
-        if scaler is not None:
-            scales.append(scale)
-            found_inf = scaler.unscale([m.grad for m in net.master])
-            scaler.update(found_inf)
-        if found_inf:
-            skipped += 1
-        else:
-            opt.step()
+        scales.append(scale)
+        # unscale, skip on overflow, step the fp32 masters, refresh the working copy
+        skipped += mixed_precision_step(master, opt, scaler).skipped
         progress.advance()
     return {"loss": np.array(losses), "scale": np.array(scales), "skipped": skipped,
             "applied": applied[-1]}
