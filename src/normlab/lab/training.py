@@ -114,7 +114,21 @@ def train_lm(
     ``final_lr_fraction * peak_lr`` at the last step).
 
     Stops as soon as the training loss is NaN or inf (the run is marked ``diverged`` and the
-    rest of its curve is NaN). Returns the training-loss curve and the validation loss.
+    rest of its curve is NaN).
+
+    Parameters
+    ----------
+    model : the language model (its parameters are updated in place).
+    corpus : the encoded text; the first 90% trains, the last 10% validates.
+    steps, batch, context : optimizer steps, windows per batch (B), window length (T).
+    peak_lr, warmup, final_lr_fraction : the schedule of :func:`lr_at`.
+    rng : draws the windows.
+    on_step : called after every completed step (progress bars).
+
+    Returns
+    -------
+    TrainLog : the training loss of every step and the validation loss (mean next-character
+    cross-entropy in nats over non-overlapping windows of the validation text).
     """
     train_ids, valid_ids = corpus.split()
     opt = AdamW(model.parameters(), lr=peak_lr, betas=(0.9, 0.98), weight_decay=0.0)
