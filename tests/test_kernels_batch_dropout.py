@@ -18,6 +18,14 @@ import normlab as nl  # noqa: E402
 from normlab._backend import kernel, use_backend  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def _parallel_even_when_small(monkeypatch):
+    """Small test arrays still take the multi-threaded path (normally serial below 2^17)."""
+    from normlab.kernels import _threads
+
+    monkeypatch.setattr(_threads, "PARALLEL_MIN_ELEMENTS", 0)
+
+
 def _close(got, ref, n, kappa, scale=None):
     scale = float(np.max(np.abs(ref))) if scale is None else scale
     tol = 8 * float(np.finfo(got.dtype).eps) * np.sqrt(n) * kappa * scale + 1e-300

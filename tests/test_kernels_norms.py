@@ -22,6 +22,15 @@ numba = pytest.importorskip("numba")
 import normlab as nl  # noqa: E402
 from normlab._backend import kernel, use_backend  # noqa: E402
 
+
+@pytest.fixture(autouse=True)
+def _parallel_even_when_small(monkeypatch):
+    """Small test arrays still take the multi-threaded path (normally serial below 2^17)."""
+    from normlab.kernels import _threads
+
+    monkeypatch.setattr(_threads, "PARALLEL_MIN_ELEMENTS", 0)
+
+
 NAMES = ("layer_norm_forward", "layer_norm_backward", "rms_norm_forward", "rms_norm_backward",
          "add_layer_norm_forward", "add_rms_norm_forward")
 
@@ -217,3 +226,15 @@ def test_unserved_inputs_fall_back_to_the_reference():
     for name in NAMES:
         with use_backend("numba"):
             assert kernel(name) is not None, name
+
+
+def test_small_inputs_run_on_one_thread(monkeypatch):
+    from normlab.kernels import _threads
+
+    monkeypatch.setattr(_threads, "PARALLEL_MIN_ELEMENTS", 100)
+    before = numba.get_num_threads()
+    with _threads.threads_for(99):
+        assert numba.get_num_threads() == 1
+    assert numba.get_num_threads() == before
+    with _threads.threads_for(100):
+        assert numba.get_num_threads() == before

@@ -20,6 +20,15 @@ from normlab.precision import NAMED_FORMATS, decode, get_format, quantize  # noq
 from normlab.precision.formats import Format, NanConvention  # noqa: E402
 from normlab.precision.rounding import RoundingMode, quantize_reference  # noqa: E402
 
+
+@pytest.fixture(autouse=True)
+def _parallel_even_when_small(monkeypatch):
+    """Small test arrays still take the multi-threaded path (normally serial below 2^17)."""
+    from normlab.kernels import _threads
+
+    monkeypatch.setattr(_threads, "PARALLEL_MIN_ELEMENTS", 0)
+
+
 # the named formats, an ExMy user format and flush-to-zero user formats (no subnormals)
 FORMATS = [
     *NAMED_FORMATS,

@@ -26,6 +26,7 @@ from normlab._backend import register
 from normlab._validate import compute_dtype
 from normlab.kernels import _bn
 from normlab.kernels._rows import chunk_count
+from normlab.kernels._threads import threads_for
 from normlab.norms._cache import BatchNormCache
 
 __all__: list[str] = []
@@ -73,10 +74,11 @@ def batch_norm_forward(
     a, c, s = x3.shape
     if training:
         mean64, m2 = np.empty(c), np.empty(c)  # (C,) float64
-        if s == 1:
-            _bn.cols_stats(x3.reshape(a, c), mean64, m2, chunk_count(a))
-        else:
-            _bn.acs_stats(x3, mean64, m2)
+        with threads_for(x.size):
+            if s == 1:
+                _bn.cols_stats(x3.reshape(a, c), mean64, m2, chunk_count(a))
+            else:
+                _bn.acs_stats(x3, mean64, m2)
         n = a * s
         mean, var = mean64.astype(dt), np.maximum(m2 / n, 0.0).astype(dt)
         if n > 1:
@@ -88,10 +90,11 @@ def batch_norm_forward(
     rstd = 1.0 / np.sqrt(var + eps)  # (C,)
     g, b = _or(gamma, c, dt, 1.0), _or(beta, c, dt, 0.0)
     out = np.empty_like(x3)
-    if s == 1:
-        _bn.affine_cols(x3.reshape(a, c), mean, rstd, g, b, out.reshape(a, c))
-    else:
-        _bn.affine_acs(x3, mean, rstd, g, b, out)
+    with threads_for(x.size):
+        if s == 1:
+            _bn.affine_cols(x3.reshape(a, c), mean, rstd, g, b, out.reshape(a, c))
+        else:
+            _bn.affine_acs(x3, mean, rstd, g, b, out)
     cache = BatchNormCache(x, gamma, beta, mean, rstd, axis, training, eps)
     return out.reshape(x.shape), cache
 
@@ -108,11 +111,12 @@ def batch_norm_backward(dout: np.ndarray, cache: BatchNormCache) -> Any:
     dy3 = np.ascontiguousarray(dout).reshape(x3.shape)
     sdy, sdyx = np.empty(c), np.empty(c)  # (C,) float64
     mean, rstd = np.ascontiguousarray(cache.mean), np.ascontiguousarray(cache.rstd)
-    if s == 1:
-        _bn.cols_grad_sums(dy3.reshape(a, c), x3.reshape(a, c), mean, rstd, chunk_count(a),
-                           sdy, sdyx)
-    else:
-        _bn.acs_grad_sums(dy3, x3, mean, rstd, sdy, sdyx)
+    with threads_for(x.size):
+        if s == 1:
+            _bn.cols_grad_sums(dy3.reshape(a, c), x3.reshape(a, c), mean, rstd,
+                               chunk_count(a), sdy, sdyx)
+        else:
+            _bn.acs_grad_sums(dy3, x3, mean, rstd, sdy, sdyx)
     n = a * s
     if cache.training:  # batch statistics: LayerNorm's formula over the reduced axes
         c1, c2 = (sdy / n).astype(dt), (sdyx / n).astype(dt)
@@ -120,11 +124,12 @@ def batch_norm_backward(dout: np.ndarray, cache: BatchNormCache) -> Any:
         c1, c2 = np.zeros(c, dt), np.zeros(c, dt)
     g = _or(cache.gamma, c, dt, 1.0)
     dx = np.empty_like(x3)
-    if s == 1:
-        _bn.bn_dx_cols(dy3.reshape(a, c), x3.reshape(a, c), mean, rstd, g, c1, c2,
-                       dx.reshape(a, c))
-    else:
-        _bn.bn_dx_acs(dy3, x3, mean, rstd, g, c1, c2, dx)
+    with threads_for(x.size):
+        if s == 1:
+            _bn.bn_dx_cols(dy3.reshape(a, c), x3.reshape(a, c), mean, rstd, g, c1, c2,
+                           dx.reshape(a, c))
+        else:
+            _bn.bn_dx_acs(dy3, x3, mean, rstd, g, c1, c2, dx)
     dgamma = sdyx.astype(dt) if cache.gamma is not None else None
     dbeta = sdy.astype(dt) if cache.beta is not None else None
     return dx.reshape(x.shape), dgamma, dbeta

@@ -20,6 +20,7 @@ import numpy as np
 from numba import njit, prange
 
 from normlab._backend import register
+from normlab.kernels._threads import threads_for
 
 __all__: list[str] = []
 
@@ -45,6 +46,7 @@ def inverted_dropout(x: np.ndarray, drop_probability: Any, rng: np.random.Genera
     q = np.array(1 - drop_probability, dtype=x.dtype)[()]  # NumPy casts the weak scalar
     out = np.empty(x.shape, x.dtype)
     keep = np.empty(x.shape, np.bool_)
-    _mask_scale(np.ascontiguousarray(x).reshape(-1), u.reshape(-1), p, q,
-                out.reshape(-1), keep.reshape(-1))
+    with threads_for(x.size):
+        _mask_scale(np.ascontiguousarray(x).reshape(-1), u.reshape(-1), p, q,
+                    out.reshape(-1), keep.reshape(-1))
     return out, keep

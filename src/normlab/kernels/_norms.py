@@ -24,6 +24,7 @@ import numpy as np
 
 from normlab._backend import register
 from normlab.kernels import _rows
+from normlab.kernels._threads import threads_for
 from normlab.norms._cache import LayerNormCache, RMSNormCache
 
 __all__: list[str] = []  # the kernels are reached through normlab._backend only
@@ -77,7 +78,8 @@ def layer_norm_forward(
     out = np.empty((r, w), x.dtype)
     mean, rstd = np.empty(r, x.dtype), np.empty(r, x.dtype)  # (R,)
     g, b = _vec(gamma, w, x.dtype, 1.0), _vec(beta, w, x.dtype, 0.0)
-    _rows.layer_norm_fwd(x2, g, b, eps, out, mean, rstd)
+    with threads_for(x2.size):
+        _rows.layer_norm_fwd(x2, g, b, eps, out, mean, rstd)
     lead = x.shape[: x.ndim - k]
     cache = LayerNormCache(x, gamma, beta, mean.reshape(lead), rstd.reshape(lead), eps, k)
     return out.reshape(x.shape), cache
@@ -93,17 +95,11 @@ def _ln_backward(dout: np.ndarray, dres: np.ndarray | None, cache: LayerNormCach
     pg, pb = np.empty((kk, w)), np.empty((kk, w))  # (K, W) float64 partial sums
     dx = np.empty((r, w), x.dtype)
     res = _NO_RES.astype(x.dtype) if dres is None else _grad_rows(dres, x2)
-    _rows.layer_norm_bwd(
-        _grad_rows(dout, x2),
-        x2,
-        np.ascontiguousarray(cache.mean).reshape(r),
-        np.ascontiguousarray(cache.rstd).reshape(r),
-        _vec(cache.gamma, w, x.dtype, 1.0),
-        res,
-        dx,
-        pg,
-        pb,
-    )
+    mean = np.ascontiguousarray(cache.mean).reshape(r)
+    rstd = np.ascontiguousarray(cache.rstd).reshape(r)
+    gamma = _vec(cache.gamma, w, x.dtype, 1.0)
+    with threads_for(x2.size):
+        _rows.layer_norm_bwd(_grad_rows(dout, x2), x2, mean, rstd, gamma, res, dx, pg, pb)
     return dx.reshape(x.shape), _reduce(pg, cache.gamma), _reduce(pb, cache.beta)
 
 
@@ -131,7 +127,8 @@ def rms_norm_forward(
     x2 = _rows_of(x, k)  # (R, W)
     r, w = x2.shape
     out, rstd = np.empty((r, w), x.dtype), np.empty(r, x.dtype)
-    _rows.rms_norm_fwd(x2, _gain(weight, offset, w, x.dtype), eps, out, rstd)
+    with threads_for(x2.size):
+        _rows.rms_norm_fwd(x2, _gain(weight, offset, w, x.dtype), eps, out, rstd)
     cache = RMSNormCache(x, weight, rstd.reshape(x.shape[: x.ndim - k]), eps, offset, k)
     return out.reshape(x.shape), cache
 
@@ -153,7 +150,8 @@ def _rms_backward(dout: np.ndarray, dres: np.ndarray | None, cache: RMSNormCache
     res = _NO_RES.astype(x.dtype) if dres is None else _grad_rows(dres, x2)
     gain = _gain(cache.weight, cache.offset, w, x.dtype)
     rstd = np.ascontiguousarray(cache.rstd).reshape(r)
-    _rows.rms_norm_bwd(_grad_rows(dout, x2), x2, rstd, gain, res, dx, pg)
+    with threads_for(x2.size):
+        _rows.rms_norm_bwd(_grad_rows(dout, x2), x2, rstd, gain, res, dx, pg)
     return dx.reshape(x.shape), _reduce(pg, cache.weight)
 
 
@@ -188,7 +186,8 @@ def add_layer_norm_forward(
     s, out = np.empty((r, w), x.dtype), np.empty((r, w), x.dtype)
     mean, rstd = np.empty(r, x.dtype), np.empty(r, x.dtype)
     g, b = _vec(gamma, w, x.dtype, 1.0), _vec(beta, w, x.dtype, 0.0)
-    _rows.add_layer_norm_fwd(x2, res2, g, b, eps, s, out, mean, rstd)
+    with threads_for(x2.size):
+        _rows.add_layer_norm_fwd(x2, res2, g, b, eps, s, out, mean, rstd)
     lead = x.shape[: x.ndim - k]
     s = s.reshape(x.shape)
     cache = LayerNormCache(s, gamma, beta, mean.reshape(lead), rstd.reshape(lead), eps, k)
@@ -210,7 +209,8 @@ def add_rms_norm_forward(
     x2, res2 = _rows_of(x, k), _rows_of(residual, k)  # (R, W)
     r, w = x2.shape
     s, out, rstd = np.empty((r, w), x.dtype), np.empty((r, w), x.dtype), np.empty(r, x.dtype)
-    _rows.add_rms_norm_fwd(x2, res2, _gain(weight, offset, w, x.dtype), eps, s, out, rstd)
+    with threads_for(x2.size):
+        _rows.add_rms_norm_fwd(x2, res2, _gain(weight, offset, w, x.dtype), eps, s, out, rstd)
     s = s.reshape(x.shape)
     cache = RMSNormCache(s, weight, rstd.reshape(x.shape[: x.ndim - k]), eps, offset, k)
     return out.reshape(x.shape), s, cache

@@ -26,6 +26,7 @@ import numpy as np
 
 from normlab._backend import register
 from normlab.kernels import _round
+from normlab.kernels._threads import threads_for
 from normlab.precision.formats import Format
 from normlab.precision.rounding import RoundingMode
 
@@ -74,22 +75,23 @@ def quantize(
     xb = np.ascontiguousarray(x).reshape(-1).view(utype)  # (N,)
     out = np.empty_like(xb)
     args = (xb, out, *_params(fmt, mode, saturate, x.dtype))
-    if mode is RoundingMode.NEAREST:
-        _round.round_nearest(*args)
-    elif mode is RoundingMode.NEAREST_AWAY:
-        _round.round_away(*args)
-    elif mode is RoundingMode.TOWARD_ZERO:
-        _round.round_zero(*args)
-    else:
-        stochastic: Any = _round.round_stochastic
-        if random_bits is not None:
-            words = np.ascontiguousarray(random_bits).reshape(-1)
-            stochastic(*args, words, np.uint64(0), False)
+    with threads_for(x.size):
+        if mode is RoundingMode.NEAREST:
+            _round.round_nearest(*args)
+        elif mode is RoundingMode.NEAREST_AWAY:
+            _round.round_away(*args)
+        elif mode is RoundingMode.TOWARD_ZERO:
+            _round.round_zero(*args)
         else:
-            assert seed is not None
-            stochastic(*args, _EMPTY_WORDS, np.uint64(seed % 2**64), True)
-    if not fmt.has_zero or not fmt.signed:
-        minnorm = _bits(2.0**fmt.emin, x.dtype, utype)
-        _round.fix_unsigned_or_zeroless(xb, out, minnorm, args[-1], not fmt.has_zero,
-                                        not fmt.signed)
+            stochastic: Any = _round.round_stochastic
+            if random_bits is not None:
+                words = np.ascontiguousarray(random_bits).reshape(-1)
+                stochastic(*args, words, np.uint64(0), False)
+            else:
+                assert seed is not None
+                stochastic(*args, _EMPTY_WORDS, np.uint64(seed % 2**64), True)
+        if not fmt.has_zero or not fmt.signed:
+            minnorm = _bits(2.0**fmt.emin, x.dtype, utype)
+            _round.fix_unsigned_or_zeroless(xb, out, minnorm, args[-1], not fmt.has_zero,
+                                            not fmt.signed)
     return out.view(x.dtype).reshape(x.shape)
