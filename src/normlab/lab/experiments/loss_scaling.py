@@ -285,6 +285,6 @@ def run(settings: Settings, progress: Progress) -> ExperimentResult:
             "scale_trace": runs["fp16+scaler"]["scale"].tolist(),
             "skipped_steps": runs["fp16+scaler"]["skipped"],
         },
-        settings={"steps": steps, "loss_weight": LOSS_WEIGHT, "init_scale": 2.0**40,
-                  "growth_interval": 50},
+        settings={"steps": steps, "loss_weight": f"2^{int(np.log2(LOSS_WEIGHT))}",
+                  "init_scale": "2^40", "growth_interval": 50, "learning_rate": _LR},
     )
