@@ -60,8 +60,10 @@ def dropout_moments(x: np.ndarray, p: float, n: int, rng: np.random.Generator) -
     var_true, mu4 = exact_moments(x, p)  # M, M
     se_mean = np.sqrt(var_true / n)  # M
     # standard error of a mean of n i.i.d. (out - x)^2; it is 0 at p = 1/2 (every draw gives
-    # exactly x^2), so a floor of 1e-12 relative covers the float64 rounding of the mean
-    se_var = np.maximum(np.sqrt(np.maximum(mu4 - var_true**2, 0.0) / n), 1e-12 * var_true)  # M
+    # exactly x^2), so it is floored at the rounding bound of a float64 sum of n terms taken
+    # in sequence, n * eps relative (a column mean of an (N, M) array is summed that way)
+    rounding = n * np.finfo(np.float64).eps * var_true  # M
+    se_var = np.maximum(np.sqrt(np.maximum(mu4 - var_true**2, 0.0) / n), rounding)  # M
     return {
         "mean": mean,
         "var": var,
