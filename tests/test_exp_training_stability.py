@@ -11,7 +11,7 @@ import pytest
 
 from normlab.lab.experiments import training_stability as exp
 from normlab.lab.result import NullProgress, Settings
-from normlab.lab.training import load_corpus, lr_at, sample_batch
+from normlab.lab.training import load_corpus, lr_at, sample_batch, single_threaded
 
 
 @pytest.fixture(scope="module")
@@ -70,3 +70,11 @@ def test_batches_are_next_character_windows():
     assert x.shape == y.shape == (4, 8)
     np.testing.assert_array_equal(y, x + 1)
     assert lr_at(0, 1.0, 10) == pytest.approx(0.1) and lr_at(50, 1.0, 10) == 1.0
+
+
+def test_single_threaded_restores_the_thread_counts():
+    numba = pytest.importorskip("numba")
+    before = numba.get_num_threads()
+    with single_threaded():
+        assert numba.get_num_threads() == 1
+    assert numba.get_num_threads() == before

@@ -10,8 +10,10 @@ V = vocabulary.
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from importlib import resources
 
@@ -20,7 +22,45 @@ import numpy as np
 from normlab.nn import TransformerLM, softmax_cross_entropy
 from normlab.nn.optim import AdamW
 
-__all__ = ["CharCorpus", "TrainLog", "load_corpus", "lr_at", "sample_batch", "train_lm"]
+__all__ = [
+    "CharCorpus",
+    "TrainLog",
+    "load_corpus",
+    "lr_at",
+    "sample_batch",
+    "single_threaded",
+    "train_lm",
+]
+
+
+@contextlib.contextmanager
+def single_threaded() -> Iterator[None]:
+    """Run the block with one BLAS thread and one numba thread, then restore both.
+
+    The lab's models multiply matrices of a few hundred rows: extra threads only add
+    synchronisation, which turns into waiting (tens of milliseconds per product) as soon
+    as other processes share the cores, and the thread count would change the summation
+    order from one machine to the next. BLAS is limited through ``threadpoolctl`` when it
+    is installed; numba through ``numba.set_num_threads`` when numba is.
+
+    >>> with single_threaded():
+    ...     pass
+    """
+    with contextlib.ExitStack() as stack:
+        try:
+            threadpoolctl = importlib.import_module("threadpoolctl")
+            stack.enter_context(threadpoolctl.threadpool_limits(limits=1, user_api="blas"))
+        except ImportError:  # optional: the experiment only runs slower under load
+            pass
+        try:
+            numba = importlib.import_module("numba")
+        except ImportError:
+            numba = None
+        if numba is not None:
+            before = numba.get_num_threads()
+            numba.set_num_threads(1)
+            stack.callback(numba.set_num_threads, before)
+        yield
 
 
 @dataclass(frozen=True)

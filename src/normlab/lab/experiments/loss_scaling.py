@@ -24,6 +24,7 @@ import numpy as np
 
 from normlab.lab.plotting import new_figure
 from normlab.lab.result import Check, ExperimentResult, Progress, Settings
+from normlab.lab.training import single_threaded
 from normlab.nn import Linear, Parameter, ReLU
 from normlab.nn.optim import SGD
 from normlab.precision import (
@@ -198,6 +199,11 @@ def _plot_training(runs: dict[str, dict[str, Any]]) -> Any:
 
 def run(settings: Settings, progress: Progress) -> ExperimentResult:
     """Histogram, flushed fraction against S, and three training runs."""
+    with single_threaded():  # tiny arrays: threads would only wait on each other
+        return _run(settings, progress)
+
+
+def _run(settings: Settings, progress: Progress) -> ExperimentResult:
     steps = settings.pick(200, 500, 1500)
     progress.start(3 * steps, "loss scaling")
     g = gradient_sample(settings)

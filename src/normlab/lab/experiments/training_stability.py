@@ -23,7 +23,7 @@ import numpy as np
 
 from normlab.lab.plotting import new_figure
 from normlab.lab.result import Check, ExperimentResult, Progress, Settings
-from normlab.lab.training import CharCorpus, TrainLog, load_corpus, train_lm
+from normlab.lab.training import CharCorpus, TrainLog, load_corpus, single_threaded, train_lm
 from normlab.nn import TransformerLM
 
 __all__ = ["CONFIGS", "NAME", "PEAK_LR", "TITLE", "run", "unigram_entropy"]
@@ -111,6 +111,11 @@ def _plot(logs: dict[tuple[str, bool], list[TrainLog]], entropy: float) -> Any:
 
 def run(settings: Settings, progress: Progress) -> ExperimentResult:
     """Train the four configurations over several seeds and compare their final losses."""
+    with single_threaded():  # tiny arrays: threads would only wait on each other
+        return _run(settings, progress)
+
+
+def _run(settings: Settings, progress: Progress) -> ExperimentResult:
     sz = _sizes(settings)
     corpus = load_corpus()
     entropy = unigram_entropy(corpus.split()[0])

@@ -22,6 +22,7 @@ import numpy as np
 
 from normlab.lab.plotting import new_figure
 from normlab.lab.result import Check, ExperimentResult, Progress, Settings
+from normlab.lab.training import single_threaded
 from normlab.nn import Parameter
 from normlab.precision import (
     BFLOAT16,
@@ -151,6 +152,11 @@ def _plot(curves: dict[str, np.ndarray], lr: float, table: dict[str, list[float]
 
 def run(settings: Settings, progress: Progress) -> ExperimentResult:
     """Run the least-squares comparison and measure the swamping thresholds."""
+    with single_threaded():  # tiny arrays: threads would only wait on each other
+        return _run(settings, progress)
+
+
+def _run(settings: Settings, progress: Progress) -> ExperimentResult:
     d = settings.pick(32, 64, 256)
     rng = np.random.default_rng(settings.seed)
     a, b, w_star = _problem(rng, d)
