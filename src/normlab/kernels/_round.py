@@ -55,19 +55,21 @@ __all__ = [
 def _split(a, u, M, B, m, emin):
     """(d, dc, n, rem, half) of the magnitude bits ``a``: d discarded bits, dc = min(d, M+2).
 
-    ``u`` is the unsigned type of the bits; every operand is cast to it (numba would turn
-    mixed signed/unsigned arithmetic into float64 and stop the vectoriser).
+    ``u`` is the unsigned type of the bits. Every intermediate is cast back to ``u`` (or
+    int32): numba widens 32-bit integer arithmetic to 64 bits, which halves the SIMD lanes
+    of the float32 loop, and would turn mixed signed/unsigned arithmetic into float64.
     """
     one = u(1)
-    implicit = one << u(M)
-    eb = np.int32(a >> u(M))
-    sig = (a & (implicit - one)) | (implicit if eb != 0 else u(0))
-    e = max(eb, np.int32(1)) - np.int32(B)
-    d = np.int32(M - m) + max(np.int32(emin) - e, np.int32(0))
+    implicit = u(one << u(M))
+    eb = np.int32(u(a >> u(M)))
+    sig = u(u(a & u(implicit - one)) | (implicit if eb != 0 else u(0)))
+    # emin - e with e = max(eb, 1) - B, the unbiased exponent (subnormals count as 1 - B)
+    below = np.int32(np.int32(emin + B) - max(eb, np.int32(1)))
+    d = np.int32(np.int32(M - m) + max(below, np.int32(0)))
     dc = u(min(d, np.int32(M + 2)))  # beyond M + 2 every significand is below half a quantum
-    n = sig >> dc
-    rem = sig & ((one << dc) - one)
-    half = (one << dc) >> one
+    n = u(sig >> dc)
+    rem = u(sig & u(u(one << dc) - one))
+    half = u(u(one << dc) >> one)
     return d, dc, n, rem, half
 
 
@@ -75,13 +77,13 @@ def _split(a, u, M, B, m, emin):
 def _join(a, s, u, up, d, dc, M, infb, qbits, maxbits, ovf, flush_bits,
           inf_out, nan_keep, nan_out):
     """Rebuild the rounded bits, then apply overflow, flush, inf and NaN rules; adds the sign."""
-    r = ((a >> dc) + (u(1) if up else u(0))) << dc
-    r = r if d <= M else (qbits if up else u(0))
+    r = u(u(u(a >> dc) + (u(1) if up else u(0))) << dc)
+    r = r if d <= np.int32(M) else (qbits if up else u(0))
     r = ovf if r > maxbits else r
     r = u(0) if r < flush_bits else r
     r = inf_out if a == infb else r
     r = (a if nan_keep else nan_out) if a > infb else r
-    return r | s
+    return u(r | s)
 
 
 @njit(inline="always")
@@ -105,10 +107,10 @@ def round_nearest(xbits, out, m, emin, qbits, maxbits, ovf, flush_bits,
     """Round to nearest, ties to even (the kept significand n stays even on a tie)."""
     u, M, B, signbit, infb = _consts(xbits)
     for i in prange(xbits.shape[0]):
-        s = xbits[i] & signbit
-        a = xbits[i] ^ s
+        s = u(xbits[i] & signbit)
+        a = u(xbits[i] ^ s)
         d, dc, n, rem, half = _split(a, u, M, B, m, emin)
-        up = (rem > half) | ((rem == half) & (half != u(0)) & ((n & u(1)) == u(1)))
+        up = (rem > half) | ((rem == half) & (half != u(0)) & (u(n & u(1)) == u(1)))
         out[i] = _join(a, s, u, up, d, dc, M, infb, qbits, maxbits, ovf, flush_bits,
                        inf_out, nan_keep, nan_out)
 
@@ -119,8 +121,8 @@ def round_away(xbits, out, m, emin, qbits, maxbits, ovf, flush_bits,
     """Round to nearest, ties away from zero."""
     u, M, B, signbit, infb = _consts(xbits)
     for i in prange(xbits.shape[0]):
-        s = xbits[i] & signbit
-        a = xbits[i] ^ s
+        s = u(xbits[i] & signbit)
+        a = u(xbits[i] ^ s)
         d, dc, _n, rem, half = _split(a, u, M, B, m, emin)
         up = (rem >= half) & (half != u(0))
         out[i] = _join(a, s, u, up, d, dc, M, infb, qbits, maxbits, ovf, flush_bits,
@@ -133,8 +135,8 @@ def round_zero(xbits, out, m, emin, qbits, maxbits, ovf, flush_bits,
     """Round toward zero (truncate the discarded bits; overflow gives ``ovf``, usually max)."""
     u, M, B, signbit, infb = _consts(xbits)
     for i in prange(xbits.shape[0]):
-        s = xbits[i] & signbit
-        a = xbits[i] ^ s
+        s = u(xbits[i] & signbit)
+        a = u(xbits[i] ^ s)
         d, dc, _n, _rem, _half = _split(a, u, M, B, m, emin)
         out[i] = _join(a, s, u, False, d, dc, M, infb, qbits, maxbits, ovf, flush_bits,
                        inf_out, nan_keep, nan_out)
