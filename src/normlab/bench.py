@@ -5,7 +5,10 @@ Run ``python -m normlab.bench`` (or ``normlab bench``); ``--quick`` for a smoke 
 (norms within float32 rounding of a float64 reference, quantize bit-identical to the NumPy
 reference), then times each op (median of several repeats after one warm-up call) and
 relates it to the memory-bandwidth bound: bytes that must move divided by the copy
-bandwidth measured in the same run. Ops and the bytes they must move (float32, R x W):
+bandwidth measured in the same run (``nl/bound``), and to that bound plus the OS's zero-fill
+of the pages of the new output arrays every caller receives (``nl/b+new``, measured as
+``src.copy()`` minus a copy into an existing array). Ops and the bytes they must move
+(float32, R x W):
 
 * LayerNorm / RMSNorm forward+backward: forward reads x and writes out, backward reads x
   and dout and writes dx: 5 arrays. Compared with ``torch.nn.functional.layer_norm`` /
@@ -168,6 +171,7 @@ def _bench_norm(name: str, shape: tuple[int, int], ctx: dict[str, Any]) -> dict[
         row["torch_s"] = _timeit(_torch_norm(ctx["torch"], name, case), ctx["repeats"],
                                  ctx["budget"])
     row["bound_s"] = 5 * x.nbytes / ctx["bandwidth"]
+    row["bound_alloc_s"] = row["bound_s"] + 2 * x.nbytes * ctx["page_cost"]  # out, dx are new
     return row
 
 
@@ -191,6 +195,7 @@ def _bench_quantize(fmt: str, shape: tuple[int, int], ctx: dict[str, Any]) -> di
     row["ml_dtypes_s"] = _timeit(lambda: x.astype(mld).astype(np.float32), ctx["repeats"],
                                  ctx["budget"])
     row["bound_s"] = 2 * x.nbytes / ctx["bandwidth"]
+    row["bound_alloc_s"] = row["bound_s"] + x.nbytes * ctx["page_cost"]  # the result is new
     return row
 
 
@@ -229,8 +234,8 @@ def _ratio(a: float | None, b: float | None) -> str:
 
 def _table(rows: Sequence[dict[str, Any]]) -> str:
     head = (f"{'op':26} {'shape':>12} {'numpy ms':>9} {'normlab':>9} {'torch':>9} "
-            f"{'ml_dtypes':>9} {'bound':>9} {'nl/bound':>8} {'vs torch':>8} {'vs mld':>8} "
-            f"{'vs numpy':>8}")
+            f"{'ml_dtypes':>9} {'bound':>9} {'nl/bound':>8} {'nl/b+new':>8} {'vs torch':>8} "
+            f"{'vs mld':>8} {'vs numpy':>8}")
     lines = [head, "-" * len(head)]
     for r in rows:
         nls = r.get("normlab_s")
@@ -238,6 +243,7 @@ def _table(rows: Sequence[dict[str, Any]]) -> str:
             f"{r['op']:26} {'x'.join(map(str, r['shape'])):>12} {_fmt_ms(r.get('numpy_s'))} "
             f"{_fmt_ms(nls)} {_fmt_ms(r.get('torch_s'))} {_fmt_ms(r.get('ml_dtypes_s'))} "
             f"{_fmt_ms(r['bound_s'])} {_ratio(nls, r['bound_s']):>8} "
+            f"{_ratio(nls, r['bound_alloc_s']):>8} "
             f"{_ratio(r.get('torch_s'), nls):>8} {_ratio(r.get('ml_dtypes_s'), nls):>8} "
             f"{_ratio(r.get('numpy_s'), nls):>8}"
         )
@@ -283,6 +289,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # at least 64 MiB per buffer, so the copy streams from memory, not from the caches
     ctx["bandwidth"], fresh_bw = _copy_bandwidth(max(4 * shapes[0][0] * shapes[0][1], 2**26),
                                                  repeats)
+    # seconds per byte of a freshly allocated output beyond the copy itself (page zero-fill)
+    ctx["page_cost"] = max(0.0, 2 / fresh_bw - 2 / ctx["bandwidth"])
     threads = None
     if kernels:
         from normlab.kernels import _copy

@@ -60,7 +60,7 @@ def _reduce(part: np.ndarray, like: np.ndarray | None) -> np.ndarray | None:
     """Sum the (K, W) chunk partials in chunk order; shape and dtype of the parameter."""
     if like is None:
         return None
-    return part.sum(axis=0).astype(like.dtype).reshape(like.shape)
+    return part.sum(axis=0, dtype=np.float64).astype(like.dtype).reshape(like.shape)
 
 
 _NO_RES = np.zeros((0, 0))
@@ -92,7 +92,7 @@ def _ln_backward(dout: np.ndarray, dres: np.ndarray | None, cache: LayerNormCach
     x2 = _rows_of(x, k)  # (R, W)
     r, w = x2.shape
     kk = _rows.chunk_count(r)
-    pg, pb = np.empty((kk, w)), np.empty((kk, w))  # (K, W) float64 partial sums
+    pg, pb = np.empty((kk, w), x.dtype), np.empty((kk, w), x.dtype)  # (K, W) partial sums
     dx = np.empty((r, w), x.dtype)
     res = _NO_RES.astype(x.dtype) if dres is None else _grad_rows(dres, x2)
     mean = np.ascontiguousarray(cache.mean).reshape(r)
@@ -145,7 +145,7 @@ def _rms_backward(dout: np.ndarray, dres: np.ndarray | None, cache: RMSNormCache
         return NotImplemented
     x2 = _rows_of(x, k)  # (R, W)
     r, w = x2.shape
-    pg = np.empty((_rows.chunk_count(r), w))  # (K, W)
+    pg = np.empty((_rows.chunk_count(r), w), x.dtype)  # (K, W) partial sums
     dx = np.empty((r, w), x.dtype)
     res = _NO_RES.astype(x.dtype) if dres is None else _grad_rows(dres, x2)
     gain = _gain(cache.weight, cache.offset, w, x.dtype)

@@ -4,8 +4,10 @@ Dimension letters: R rows (every leading axis flattened), W width (the normalise
 axes flattened), K chunks of rows for the parameter-gradient reduction.
 
 Contract: every array is C-contiguous and float32 or float64; the gain and bias are already
-in x's dtype (ones / zeros when the layer has none). Statistics and row sums are accumulated
-in float64, then stored in the dtype of the ``mean`` / ``rstd`` arrays the caller passes.
+in x's dtype (ones / zeros when the layer has none), and so are ``mean`` / ``rstd`` and the
+chunk partials. Row statistics and row sums are accumulated in x's dtype (float32 for
+float32: the house minimum) by vectorised sums, i.e. 16-64 interleaved partial sums, so the
+rounding error grows like sqrt(W) per lane; only 1/sqrt(var + eps) is taken in float64.
 
 Memory traffic (the reason these kernels exist). Forward reads x once from memory and writes
 out once: the row (<= a few tens of KiB) stays in L1/L2 for the second and third sweep
@@ -15,8 +17,8 @@ sum(g * dy) and sum(g * dy * x_hat), the second writes dx and adds dy * x_hat, d
 chunk's parameter-gradient row.
 
 Determinism: parameter gradients are reduced per fixed chunk of rows (K depends only on R,
-never on the thread count), and the K partial rows are summed in chunk order afterwards, so
-results are bit-identical on 1 or N threads.
+never on the thread count; at most 256 rows a chunk), and the K partial rows are summed in
+float64 in chunk order afterwards, so results are bit-identical on 1 or N threads.
 
 ``fastmath`` is limited to reassociation and contraction (vectorised sums, fused
 multiply-add): it changes the last bits of a sum, as any summation order does, never NaN/inf
@@ -42,51 +44,51 @@ __all__ = [
 # Reassociate (vectorised reductions) and contract (FMA); no nnan/ninf: NaN rows stay NaN.
 FAST = {"reassoc", "contract"}
 
-# Fixed number of row chunks for parameter gradients (independent of the thread count).
-_MAX_CHUNKS = 64
+# Row chunks of the parameter-gradient reduction: at least 64 (work for every thread), at
+# most 256 rows each (the partials are float32 sums over a chunk). Depends on R only.
+_MIN_CHUNKS = 64
+_MAX_CHUNK_ROWS = 256
 
 
 def chunk_count(rows: int) -> int:
     """Number of row chunks K used by the parameter-gradient reduction (depends on R only)."""
-    return max(1, min(_MAX_CHUNKS, rows))
+    return max(1, min(rows, max(_MIN_CHUNKS, -(-rows // _MAX_CHUNK_ROWS))))
 
 
 @njit(parallel=True, cache=True, fastmath=FAST)
 def layer_norm_fwd(x, gamma, beta, eps, out, mean, rstd):
     """out = (x - mean) * rstd * gamma + beta per row; fills mean (R,) and rstd (R,)."""
     R, W = x.shape  # x, out: (R, W); gamma, beta: (W,)
+    zero = x.dtype.type(0)
     for r in prange(R):
-        s = 0.0
+        s = zero
         for j in range(W):
-            s += np.float64(x[r, j])
-        mu = s / W
-        v = 0.0
+            s += x[r, j]
+        mu_t = s / W
+        v = zero
         for j in range(W):
-            d = np.float64(x[r, j]) - mu
+            d = x[r, j] - mu_t
             v += d * d
-        rs = 1.0 / np.sqrt(v / W + eps)
-        mu_t = x.dtype.type(mu)  # statistics in x's dtype for the output sweep
-        rs_t = x.dtype.type(rs)
+        rs_t = x.dtype.type(1.0 / np.sqrt(np.float64(v) / W + eps))
         for j in range(W):
             out[r, j] = (x[r, j] - mu_t) * rs_t * gamma[j] + beta[j]
-        mean[r] = mu
-        rstd[r] = rs
+        mean[r] = mu_t
+        rstd[r] = rs_t
 
 
 @njit(parallel=True, cache=True, fastmath=FAST)
 def rms_norm_fwd(x, gain, eps, out, rstd):
     """out = x * rstd * gain per row with rstd = 1 / sqrt(mean(x^2) + eps); fills rstd (R,)."""
     R, W = x.shape  # x, out: (R, W); gain: (W,)
+    zero = x.dtype.type(0)
     for r in prange(R):
-        v = 0.0
+        v = zero
         for j in range(W):
-            d = np.float64(x[r, j])
-            v += d * d
-        rs = 1.0 / np.sqrt(v / W + eps)
-        rs_t = x.dtype.type(rs)
+            v += x[r, j] * x[r, j]
+        rs_t = x.dtype.type(1.0 / np.sqrt(np.float64(v) / W + eps))
         for j in range(W):
             out[r, j] = x[r, j] * rs_t * gain[j]
-        rstd[r] = rs
+        rstd[r] = rs_t
 
 
 @njit(parallel=True, cache=True, fastmath=FAST)
@@ -99,6 +101,7 @@ def layer_norm_bwd(dy, x, mean, rstd, gamma, dres, dx, pg, pb):
     R, W = x.shape  # dy, x, dx: (R, W); mean, rstd: (R,); gamma: (W,)
     K = pg.shape[0]
     has_res = dres.shape[0] == R and R > 0
+    zero = x.dtype.type(0)
     for k in prange(K):
         lo = (R * k) // K
         hi = (R * (k + 1)) // K
@@ -108,15 +111,15 @@ def layer_norm_bwd(dy, x, mean, rstd, gamma, dres, dx, pg, pb):
         for r in range(lo, hi):
             mu = x.dtype.type(mean[r])
             rs = x.dtype.type(rstd[r])
-            a = 0.0  # sum_j g dy
-            b = 0.0  # sum_j g dy x_hat
+            a = zero  # sum_j g dy
+            b = zero  # sum_j g dy x_hat
             for j in range(W):
                 gd = dy[r, j] * gamma[j]
                 xh = (x[r, j] - mu) * rs
-                a += np.float64(gd)
-                b += np.float64(gd * xh)
-            a_t = x.dtype.type(a / W)
-            b_t = x.dtype.type(b / W)
+                a += gd
+                b += gd * xh
+            a_t = a / W
+            b_t = b / W
             for j in range(W):
                 xh = (x[r, j] - mu) * rs
                 d = dy[r, j]
@@ -133,6 +136,7 @@ def rms_norm_bwd(dy, x, rstd, gain, dres, dx, pg):
     R, W = x.shape  # dy, x, dx: (R, W); rstd: (R,); gain: (W,)
     K = pg.shape[0]
     has_res = dres.shape[0] == R and R > 0
+    zero = x.dtype.type(0)
     for k in prange(K):
         lo = (R * k) // K
         hi = (R * (k + 1)) // K
@@ -140,10 +144,10 @@ def rms_norm_bwd(dy, x, rstd, gain, dres, dx, pg):
             pg[k, j] = 0.0
         for r in range(lo, hi):
             rs = x.dtype.type(rstd[r])
-            b = 0.0  # sum_j g dy x_hat
+            b = zero  # sum_j g dy x_hat
             for j in range(W):
-                b += np.float64(dy[r, j] * gain[j] * (x[r, j] * rs))
-            b_t = x.dtype.type(b / W)
+                b += dy[r, j] * gain[j] * (x[r, j] * rs)
+            b_t = b / W
             for j in range(W):
                 xh = x[r, j] * rs
                 d = dy[r, j]
@@ -157,38 +161,37 @@ def rms_norm_bwd(dy, x, rstd, gain, dres, dx, pg):
 def add_layer_norm_fwd(x, res, gamma, beta, eps, s, out, mean, rstd):
     """s = x + res, then LayerNorm of s into out: the residual stream read once."""
     R, W = x.shape  # x, res, s, out: (R, W)
+    zero = x.dtype.type(0)
     for r in prange(R):
-        t = 0.0
+        t = zero
         for j in range(W):
             v = x[r, j] + res[r, j]
             s[r, j] = v
-            t += np.float64(v)
-        mu = t / W
-        q = 0.0
+            t += v
+        mu_t = t / W
+        q = zero
         for j in range(W):
-            d = np.float64(s[r, j]) - mu
+            d = s[r, j] - mu_t
             q += d * d
-        rs = 1.0 / np.sqrt(q / W + eps)
-        mu_t = x.dtype.type(mu)
-        rs_t = x.dtype.type(rs)
+        rs_t = x.dtype.type(1.0 / np.sqrt(np.float64(q) / W + eps))
         for j in range(W):
             out[r, j] = (s[r, j] - mu_t) * rs_t * gamma[j] + beta[j]
-        mean[r] = mu
-        rstd[r] = rs
+        mean[r] = mu_t
+        rstd[r] = rs_t
 
 
 @njit(parallel=True, cache=True, fastmath=FAST)
 def add_rms_norm_fwd(x, res, gain, eps, s, out, rstd):
     """s = x + res, then RMSNorm of s into out."""
     R, W = x.shape  # x, res, s, out: (R, W)
+    zero = x.dtype.type(0)
     for r in prange(R):
-        q = 0.0
+        q = zero
         for j in range(W):
             v = x[r, j] + res[r, j]
             s[r, j] = v
-            q += np.float64(v) * np.float64(v)
-        rs = 1.0 / np.sqrt(q / W + eps)
-        rs_t = x.dtype.type(rs)
+            q += v * v
+        rs_t = x.dtype.type(1.0 / np.sqrt(np.float64(q) / W + eps))
         for j in range(W):
             out[r, j] = s[r, j] * rs_t * gain[j]
-        rstd[r] = rs
+        rstd[r] = rs_t
