@@ -38,6 +38,7 @@ import numpy as np
 from normlab._backend import use_backend
 from normlab.lab.experiments._xiong_figures import xiong_figures
 from normlab.lab.result import Check, ExperimentResult, Progress, Settings
+from normlab.lab.training import single_threaded
 from normlab.nn import LayerNorm, Linear, TransformerBlock, softmax_cross_entropy
 
 __all__ = ["DEPTHS", "NAME", "TITLE", "last_ffn_grad_norms", "lemma2_profile", "run"]
@@ -285,10 +286,11 @@ def _run(settings: Settings, progress: Progress) -> ExperimentResult:
 
 
 def run(settings: Settings, progress: Progress) -> ExperimentResult:
-    """Run the experiment (see the module docstring) on the NumPy reference backend.
+    """Run the experiment (see the module docstring) on the NumPy references, one thread.
 
-    Many calls on small arrays: the references avoid the fused kernels' per-call threading
-    overhead, and by the kernel contract the numbers are the same.
+    Many calls on small arrays: the references avoid the fused kernels' per-call overhead
+    (by the kernel contract the numbers are the same), and one BLAS thread avoids the
+    synchronisation waits that dominate small products on shared cores.
     """
-    with use_backend("numpy"):
+    with use_backend("numpy"), single_threaded():
         return _run(settings, progress)
