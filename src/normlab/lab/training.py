@@ -11,6 +11,7 @@ V = vocabulary.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import math
 from collections.abc import Callable, Iterator
@@ -19,6 +20,8 @@ from importlib import resources
 
 import numpy as np
 
+from normlab._backend import use_backend
+from normlab.lab.result import ExperimentResult, Progress, Settings
 from normlab.nn import TransformerLM, softmax_cross_entropy
 from normlab.nn.optim import AdamW
 
@@ -27,6 +30,7 @@ __all__ = [
     "TrainLog",
     "load_corpus",
     "lr_at",
+    "on_references",
     "sample_batch",
     "single_threaded",
     "train_lm",
@@ -61,6 +65,25 @@ def single_threaded() -> Iterator[None]:
             numba.set_num_threads(1)
             stack.callback(numba.set_num_threads, before)
         yield
+
+
+def on_references(
+    run: Callable[[Settings, Progress], ExperimentResult],
+) -> Callable[[Settings, Progress], ExperimentResult]:
+    """Make an experiment's ``run`` use the NumPy references on one thread.
+
+    For experiments made of many calls on small arrays: the references avoid the fused
+    kernels' per-call overhead (by the kernel contract the numbers are the same), and one
+    BLAS thread avoids the synchronisation waits that dominate small products on shared
+    cores.
+    """
+
+    @functools.wraps(run)
+    def wrapped(settings: Settings, progress: Progress) -> ExperimentResult:
+        with use_backend("numpy"), single_threaded():
+            return run(settings, progress)
+
+    return wrapped
 
 
 @dataclass(frozen=True)

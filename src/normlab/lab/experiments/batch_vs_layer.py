@@ -22,10 +22,9 @@ from __future__ import annotations
 import numpy as np
 
 from normlab import batch_norm_forward, layer_norm_forward
-from normlab._backend import use_backend
 from normlab.lab.plotting import new_figure
 from normlab.lab.result import Check, ExperimentResult, Progress, Settings
-from normlab.lab.training import single_threaded
+from normlab.lab.training import on_references
 from normlab.nn import BatchNorm
 
 __all__ = ["BATCH_SIZES", "NAME", "TITLE", "composition_changes", "run", "train_eval_gap"]
@@ -210,12 +209,8 @@ def _run(settings: Settings, progress: Progress) -> ExperimentResult:
     )
 
 
-def run(settings: Settings, progress: Progress) -> ExperimentResult:
-    """Run the experiment (see the module docstring) on the NumPy references, one thread.
 
-    Many calls on small arrays: the references avoid the fused kernels' per-call overhead
-    (by the kernel contract the numbers are the same), and one BLAS thread avoids the
-    synchronisation waits that dominate small products on shared cores.
-    """
-    with use_backend("numpy"), single_threaded():
-        return _run(settings, progress)
+@on_references
+def run(settings: Settings, progress: Progress) -> ExperimentResult:
+    """Run the experiment (see the module docstring) on the NumPy references, one thread."""
+    return _run(settings, progress)

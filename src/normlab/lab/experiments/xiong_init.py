@@ -35,10 +35,9 @@ from typing import Any
 
 import numpy as np
 
-from normlab._backend import use_backend
 from normlab.lab.experiments._xiong_figures import xiong_figures
 from normlab.lab.result import Check, ExperimentResult, Progress, Settings
-from normlab.lab.training import single_threaded
+from normlab.lab.training import on_references
 from normlab.nn import LayerNorm, Linear, TransformerBlock, softmax_cross_entropy
 
 __all__ = ["DEPTHS", "NAME", "TITLE", "last_ffn_grad_norms", "lemma2_profile", "run"]
@@ -285,12 +284,8 @@ def _run(settings: Settings, progress: Progress) -> ExperimentResult:
     )
 
 
-def run(settings: Settings, progress: Progress) -> ExperimentResult:
-    """Run the experiment (see the module docstring) on the NumPy references, one thread.
 
-    Many calls on small arrays: the references avoid the fused kernels' per-call overhead
-    (by the kernel contract the numbers are the same), and one BLAS thread avoids the
-    synchronisation waits that dominate small products on shared cores.
-    """
-    with use_backend("numpy"), single_threaded():
-        return _run(settings, progress)
+@on_references
+def run(settings: Settings, progress: Progress) -> ExperimentResult:
+    """Run the experiment (see the module docstring) on the NumPy references, one thread."""
+    return _run(settings, progress)
