@@ -28,6 +28,7 @@ __all__ = [
     "compute_dtype",
     "is_float_dtype",
     "optional_float_array",
+    "optional_grad",
 ]
 
 # The 2-byte and smaller float types that ml_dtypes adds; numpy does not count them as
@@ -108,6 +109,15 @@ def as_float_array(x: Any, name: str, *, min_ndim: int = 0) -> np.ndarray:
 def optional_float_array(x: Any, name: str) -> np.ndarray | None:
     """Like :func:`as_float_array` but passes ``None`` through (no affine / no bias)."""
     return None if x is None else as_float_array(x, name)
+
+
+def optional_grad(grad: Any, shape: Sequence[int], name: str) -> np.ndarray | None:
+    """A parameter's gradient: None (no gradient yet) or a float array of the parameter's shape."""
+    if grad is None:
+        return None
+    g = as_float_array(grad, name)
+    check_shape(g, shape, name, "the shape of the parameter")
+    return g
 
 
 def check_shape(arr: np.ndarray, expected: Sequence[int], name: str, what: str) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from normlab._validate import as_float_array, check_finite_real, check_shape
+from normlab._validate import as_float_array, check_finite_real, optional_grad
 
 __all__ = ["SGD", "AdamW"]
 
@@ -66,15 +66,10 @@ class _Optimizer:
 
     def _grads(self) -> list[np.ndarray | None]:
         """Every gradient, validated before any parameter or state is touched."""
-        out: list[np.ndarray | None] = []
-        for i, p in enumerate(self.params):
-            if p.grad is None:
-                out.append(None)
-                continue
-            g = as_float_array(p.grad, f"params[{i}].grad")
-            check_shape(g, p.data.shape, f"params[{i}].grad", "the shape of params[i].data")
-            out.append(g)
-        return out
+        return [
+            optional_grad(p.grad, p.data.shape, f"params[{i}].grad")
+            for i, p in enumerate(self.params)
+        ]
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Set every ``.grad`` to None (PyTorch's default) or fill it with zeros in place."""

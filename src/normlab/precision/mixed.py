@@ -21,7 +21,13 @@ from typing import Any
 
 import numpy as np
 
-from normlab._validate import as_float_array, check_finite_real, check_generator, check_shape
+from normlab._validate import (
+    as_float_array,
+    check_finite_real,
+    check_generator,
+    check_shape,
+    optional_grad,
+)
 from normlab.precision.formats import Format, get_format
 from normlab.precision.rounding import quantize
 
@@ -98,15 +104,10 @@ class MasterWeights:
 
     def grads(self) -> list[np.ndarray | None]:
         """The working copy's gradients (what the loss scaler unscales), validated."""
-        out: list[np.ndarray | None] = []
-        for i, (w, m) in enumerate(zip(self.working, self.params, strict=True)):
-            if w.grad is None:
-                out.append(None)
-                continue
-            g = as_float_array(w.grad, f"params[{i}].grad")
-            check_shape(g, m.data.shape, f"params[{i}].grad", "the shape of the parameter")
-            out.append(g)
-        return out
+        return [
+            optional_grad(w.grad, m.data.shape, f"params[{i}].grad")
+            for i, (w, m) in enumerate(zip(self.working, self.params, strict=True))
+        ]
 
     def copy_grads_to_masters(self) -> None:
         """``master.grad = float32(working.grad)`` (None stays None)."""
