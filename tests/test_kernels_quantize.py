@@ -6,6 +6,10 @@ the overflow boundaries), and for each format every code's value plus the midpoi
 between neighbours and the floats just either side of them (the ties and near-ties that
 decide rounding). Every named format and a user format, every mode, saturate on and off,
 float32 and float64, stochastic with a seed or explicit words, 1 and 2 threads.
+
+The same-exponent-range fast path (float32 -> E8My, round to nearest) is checked on its own:
+every bf16 code with its midpoint and the bit patterns either side of it, a large random
+bit-pattern sample, hand-computed specials, against the reference and ml_dtypes.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from normlab._backend import kernel, use_backend  # noqa: E402
 from normlab.precision import NAMED_FORMATS, decode, get_format, quantize  # noqa: E402
 from normlab.precision.formats import Format, NanConvention  # noqa: E402
 from normlab.precision.rounding import RoundingMode, quantize_reference  # noqa: E402
+
+_quantize = pytest.importorskip("normlab.kernels._quantize")
 
 
 @pytest.fixture(autouse=True)
@@ -125,3 +131,144 @@ def test_stochastic_bits_do_not_depend_on_the_thread_count():
     # the words really are used: a different seed changes some roundings
     other = k(x, get_format("e4m3"), RoundingMode.STOCHASTIC, False, 78, None)
     assert np.any(_bits(other) != _bits(outs[0]))
+
+
+# ----- the same-exponent-range fast path (float32 -> E8My, NEAREST) ---------------------
+E8_FORMATS = [
+    get_format("bf16"),
+    Format("e8m1", 8, 1),
+    Format("e8m3", 8, 3),
+    Format("e8m10", 8, 10),  # TF32's fields
+    Format("e8m22", 8, 22),
+]
+
+
+def _thread_counts() -> list[int]:
+    return sorted({1, min(2, numba.config.NUMBA_NUM_THREADS)})
+
+
+def _kernel_bits(x: np.ndarray, fmt: Format, saturate: bool, threads: int) -> np.ndarray:
+    k = kernel("quantize")
+    assert k is not None
+    old = numba.get_num_threads()
+    try:
+        numba.set_num_threads(threads)
+        return _bits(k(x, fmt, RoundingMode.NEAREST, saturate, None, None))
+    finally:
+        numba.set_num_threads(old)
+
+
+def _reference_bits(x: np.ndarray, fmt: Format, saturate: bool) -> np.ndarray:
+    with use_backend("numpy"), np.errstate(all="ignore"):
+        return _bits(quantize(x, fmt, saturate=saturate))
+
+
+def _neighbourhoods(m: int) -> np.ndarray:
+    """Every code of an E8My format (as float32 bits) and the bits that decide its rounding.
+
+    For each code c (kept bits, d = 23 - m dropped bits): c itself, c + 1 ulp, the midpoint
+    to the next code and one ulp either side of it, and the last float32 before the next
+    code. Both signs, every binade, subnormals, inf and the NaNs are included (2^(9+m) codes).
+    """
+    d = 23 - m
+    codes = np.arange(2 ** (9 + m), dtype=np.uint64) << np.uint64(d)  # (C,)
+    half = 1 << (d - 1)
+    offsets = np.array([0, 1, half - 1, half, half + 1, (1 << d) - 1], dtype=np.uint64)
+    return (codes[:, None] + offsets).reshape(-1).astype(np.uint32).view(np.float32)
+
+
+def _random_bits(n: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32).view(np.float32)
+
+
+def test_fast_path_eligibility_is_read_from_the_format_fields():
+    ok = _quantize._same_range_as_float32
+    f32, f64, near = np.dtype(np.float32), np.dtype(np.float64), RoundingMode.NEAREST
+    for fmt in E8_FORMATS:
+        assert ok(fmt, near, f32)
+        assert not ok(fmt, near, f64)
+        assert not any(ok(fmt, mode, f32) for mode in MODES if mode is not near)
+    assert not ok(get_format("fp32"), near, f32)  # nothing to drop: generic kernel
+    for fmt in (
+        Format("e8m7_b128", 8, 7, bias=128),
+        Format("e8m7_ftz", 8, 7, has_subnormals=False),
+        Format("u8m7", 8, 7, signed=False),
+        get_format("fp16"),
+        get_format("e8m0"),
+    ):
+        assert not ok(fmt, near, f32), fmt
+
+
+def test_fast_path_serves_bf16_without_the_generic_kernel(monkeypatch):
+    from normlab.kernels import _round
+
+    def generic(*args):
+        raise AssertionError("the generic round_nearest kernel was called")
+
+    monkeypatch.setattr(_round, "round_nearest", generic)
+    x = _random_bits(1000, 0)
+    np.testing.assert_array_equal(_kernel_bits(x, get_format("bf16"), False, 1),
+                                  _reference_bits(x, get_format("bf16"), False))
+
+
+@pytest.mark.parametrize("saturate", [False, True])
+def test_bf16_every_code_neighbourhood_matches_reference_and_ml_dtypes(saturate):
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    bf16 = get_format("bf16")
+    x = np.concatenate([_neighbourhoods(7), _random_bits(1 << 20, 7)])  # (N,) N > 2^17
+    ref = _reference_bits(x, bf16, saturate)
+    if not saturate:  # ml_dtypes has no saturating cast; it also drops NaN payloads
+        with np.errstate(all="ignore"):
+            np.testing.assert_array_equal(
+                _bits(x.astype(ml_dtypes.bfloat16).astype(np.float32)), ref)
+    for threads in _thread_counts():
+        got = _kernel_bits(x, bf16, saturate, threads)
+        bad = np.flatnonzero(got != ref)
+        assert bad.size == 0, (threads, _bits(x)[bad[:4]], got[bad[:4]], ref[bad[:4]])
+
+
+@pytest.mark.parametrize("fmt", E8_FORMATS[1:], ids=lambda f: f.name)
+@pytest.mark.parametrize("saturate", [False, True])
+def test_other_e8_formats_match_reference(fmt, saturate):
+    x = _random_bits(1 << 18, fmt.mantissa_bits)
+    if fmt.mantissa_bits <= 10:  # 2^(9+m) codes: exhaustive up to E8M10
+        x = np.concatenate([_neighbourhoods(fmt.mantissa_bits), x])
+    ref = _reference_bits(x, fmt, saturate)
+    for threads in _thread_counts():
+        np.testing.assert_array_equal(_kernel_bits(x, fmt, saturate, threads), ref)
+
+
+def test_bf16_specials_by_hand():
+    """Expected bits written out: NaN payloads and signs, inf, max, subnormals, ties."""
+    cases = {  # input bits: (nearest, saturate)
+        0x7F800001: (0x7FC00000, 0x7FC00000),  # signalling NaN -> quiet NaN, payload dropped
+        0x7FBFFFFF: (0x7FC00000, 0x7FC00000),
+        0x7FC00001: (0x7FC00000, 0x7FC00000),
+        0xFF800001: (0xFFC00000, 0xFFC00000),  # the NaN keeps its sign
+        0xFFFFFFFF: (0xFFC00000, 0xFFC00000),
+        0x7F800000: (0x7F800000, 0x7F7F0000),  # +inf; saturate: bf16 max
+        0xFF800000: (0xFF800000, 0xFF7F0000),
+        0x7F7FFFFF: (0x7F800000, 0x7F7F0000),  # float32 max overflows
+        0xFF7FFFFF: (0xFF800000, 0xFF7F0000),
+        0x7F7F8000: (0x7F800000, 0x7F7F0000),  # tie above bf16 max: odd kept bits, up
+        0x7F7F7FFF: (0x7F7F0000, 0x7F7F0000),  # just below that tie: bf16 max
+        0x7F7E8000: (0x7F7E0000, 0x7F7E0000),  # tie, even kept bits: down
+        0x3F808000: (0x3F800000, 0x3F800000),  # 1 + 2^-8: tie to even (1.0)
+        0x3F818000: (0x3F820000, 0x3F820000),  # odd kept bits: up
+        0x00000000: (0x00000000, 0x00000000),
+        0x80000000: (0x80000000, 0x80000000),  # -0.0 keeps its sign
+        0x00000001: (0x00000000, 0x00000000),  # smallest float32 subnormal -> 0
+        0x80000001: (0x80000000, 0x80000000),
+        0x00008000: (0x00000000, 0x00000000),  # subnormal tie, even: 0
+        0x00018000: (0x00020000, 0x00020000),  # subnormal tie, odd: up
+        0x00008001: (0x00010000, 0x00010000),  # above the tie: smallest bf16 subnormal
+        0x007FFFFF: (0x00800000, 0x00800000),  # largest subnormal -> min normal
+    }
+    x = np.array(list(cases), dtype=np.uint32).view(np.float32)
+    bf16 = get_format("bf16")
+    for column, saturate in enumerate((False, True)):
+        want = np.array([v[column] for v in cases.values()], dtype=np.uint32)
+        np.testing.assert_array_equal(_reference_bits(x, bf16, saturate), want)
+        for threads in _thread_counts():
+            np.testing.assert_array_equal(_kernel_bits(x, bf16, saturate, threads), want)

@@ -13,6 +13,11 @@ without a sign (E8M0) take a second pass with their extra rules (see
 subnormals) is turned into a handful of bit patterns here, in Python, so the compiled loops
 only compare and select integers.
 
+Fast path: round-to-nearest of float32 to a format with float32's exponent range (8
+exponent bits, bias 127, IEEE inf/NaN, subnormals, signed; bf16 is the common case) is
+the bit trick of :func:`normlab.kernels._round.round_nearest_same_range`, saturate or not.
+Eligibility is read from the Format's fields, not its name.
+
 Stochastic rounding draws the same words as the reference: ``splitmix64(seed + i)`` on the
 flat C-order index i, computed per element inside the loop (no N-sized word array), or the
 caller's ``random_bits``. The result does not depend on the thread count.
@@ -27,7 +32,7 @@ import numpy as np
 from normlab._backend import register
 from normlab.kernels import _round
 from normlab.kernels._threads import threads_for
-from normlab.precision.formats import Format
+from normlab.precision.formats import Format, NanConvention
 from normlab.precision.rounding import RoundingMode
 
 __all__: list[str] = []
@@ -59,6 +64,26 @@ def _params(fmt: Format, mode: RoundingMode, saturate: bool, dtype: np.dtype) ->
     return m, emin, qbits, maxbits, ovf, flush, inf_out, 0, qnan
 
 
+def _same_range_as_float32(fmt: Format, mode: RoundingMode, dtype: np.dtype) -> bool:
+    """Whether ``round_nearest_same_range`` serves this call (float32 input only).
+
+    The target must share float32's exponent field and specials exactly, and drop at
+    least one mantissa bit (FLOAT32 itself takes the generic kernel, an identity).
+    """
+    return (
+        mode is RoundingMode.NEAREST
+        and dtype == np.dtype(np.float32)
+        and fmt.exponent_bits == 8
+        and fmt.bias == 127
+        and fmt.nan is NanConvention.IEEE
+        and fmt.has_infinity
+        and fmt.has_subnormals
+        and fmt.has_zero
+        and fmt.signed
+        and 1 <= fmt.mantissa_bits < _INPUT[dtype][1]
+    )
+
+
 @register("quantize")
 def quantize(
     x: np.ndarray,
@@ -71,9 +96,15 @@ def quantize(
     """Kernel of ``quantize_reference``: one pass, x's dtype and shape."""
     if x.dtype not in _INPUT or fmt.emin < _MIN_EXP[x.dtype]:
         return NotImplemented
-    utype, _ = _INPUT[x.dtype]
+    utype, F = _INPUT[x.dtype]
     xb = np.ascontiguousarray(x).reshape(-1).view(utype)  # (N,)
     out = np.empty_like(xb)
+    if _same_range_as_float32(fmt, mode, x.dtype):
+        # saturate: overflow and inf become max; otherwise the carry past max is inf already
+        cap = _bits(fmt.max if saturate else np.inf, x.dtype, utype)
+        with threads_for(x.size):
+            _round.round_nearest_same_range(xb, out, utype(F - fmt.mantissa_bits), cap)
+        return out.view(x.dtype).reshape(x.shape)
     args = (xb, out, *_params(fmt, mode, saturate, x.dtype))
     with threads_for(x.size):
         if mode is RoundingMode.NEAREST:

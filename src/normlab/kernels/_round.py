@@ -19,6 +19,13 @@ into the exponent field, which is the next binade); when d > M the magnitude is 
 quantum q = 2^(emin - m) and the result is 0 or q. Every branch is a select, so LLVM
 vectorises the loop.
 
+Same exponent range (``round_nearest_same_range``): when the target has the input's exponent
+field (float32 -> bf16, or any E8My with bias 127, IEEE inf/NaN and subnormals), every
+quantum is 2^(M - m) units of the input's bits, binades and subnormals included, so
+round-to-nearest-even is the classic bit trick: add 2^(d-1) - 1 plus the lowest kept bit,
+clear the low d = M - m bits (a carry moves into the exponent field; above max it lands
+exactly on the infinity bits). No exponent decode, so the loop runs at copy speed.
+
 Stochastic rounding: element i uses the 64-bit word w_i (SplitMix64 of seed + i, or given);
 it rounds up iff rem + (w_i >> (64 - d)) >= 2^d, so P(up) = rem / 2^d exactly.
 No ``fastmath`` anywhere in this module: rounding must be exact.
@@ -33,6 +40,7 @@ __all__ = [
     "fix_unsigned_or_zeroless",
     "round_away",
     "round_nearest",
+    "round_nearest_same_range",
     "round_stochastic",
     "round_zero",
     "splitmix64",
@@ -113,6 +121,29 @@ def round_nearest(xbits, out, m, emin, qbits, maxbits, ovf, flush_bits,
         up = (rem > half) | ((rem == half) & (half != u(0)) & (u(n & u(1)) == u(1)))
         out[i] = _join(a, s, u, up, d, dc, M, infb, qbits, maxbits, ovf, flush_bits,
                        inf_out, nan_keep, nan_out)
+
+
+@njit(parallel=True, cache=True)
+def round_nearest_same_range(xbits, out, d, cap):
+    """Round to nearest even for a target with the input's exponent range (module header).
+
+    ``d`` (1 <= d <= M - 1) low bits are discarded; ``cap`` bounds the rounded magnitude:
+    the infinity bits (overflow and inf stay inf) or the target's max bits (saturate).
+    A NaN input becomes the quiet NaN with its sign, payload dropped, as in the reference.
+    """
+    u, M, _B, signbit, infb = _consts(xbits)
+    one = u(1)
+    sh = u(d)
+    low = u(u(one << sh) - one)  # the discarded bits
+    bias = u(low >> one)  # 2^(d-1) - 1: below half; the kept lsb makes a tie go to even
+    qnan = u(infb | u(one << u(M - 1)))
+    for i in prange(xbits.shape[0]):
+        s = u(xbits[i] & signbit)
+        a = u(xbits[i] ^ s)
+        r = u(u(u(a + bias) + u(u(a >> sh) & one)) & u(~low))
+        r = r if r < cap else cap
+        r = qnan if a > infb else r
+        out[i] = u(r | s)
 
 
 @njit(parallel=True, cache=True)
