@@ -108,6 +108,30 @@ def test_layer_norm_large_offsets(offset, spread):
     assert got[2] is None and got[3] is None
 
 
+@pytest.mark.parametrize("fused_add", [False, True])
+@pytest.mark.parametrize(("offset", "spread"), [(2000.0, 1.0), (100.0, 0.01), (1e4, 1.0)])
+def test_layer_norm_offset_rows_as_accurate_as_the_mean_allows(offset, spread, fused_add):
+    """Wide float32 rows far from zero: the output error is set by the float32 mean alone.
+
+    The cache contract stores the mean in float32, so x - mean carries up to half an ulp of
+    the offset, i.e. ulp(offset) / 2 / spread after scaling. Tolerance: one whole
+    ulp(offset) / spread (the half ulp, plus the rounding of rstd and of the output). A
+    first-pass float32 row sum without the two-pass correction of the mean misses this
+    by 1.2-1.6x at width 4096 (measured), so the bound can fail.
+    """
+    rng = np.random.default_rng(5)
+    x = (rng.standard_normal((64, 4096)) * spread + offset).astype(np.float32)
+    x64 = x.astype(np.float64)
+    centred = x64 - x64.mean(axis=-1, keepdims=True)
+    ref = centred / np.sqrt(np.mean(centred**2, axis=-1, keepdims=True) + 1e-5)
+    if fused_add:
+        out = nl.add_layer_norm_forward(x, np.zeros_like(x), None, None)[0]
+    else:
+        out = nl.layer_norm_forward(x, None, None)[0]
+    bound = float(np.spacing(np.float32(offset))) / spread
+    assert float(np.max(np.abs(out - ref))) <= bound
+
+
 def test_nan_row_stays_in_its_row_and_strided_views():
     rng = np.random.default_rng(2)
     base = rng.standard_normal((12, 2 * 301)).astype(np.float32)

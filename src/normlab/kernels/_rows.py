@@ -55,6 +55,22 @@ def chunk_count(rows: int) -> int:
     return max(1, min(rows, max(_MIN_CHUNKS, -(-rows // _MAX_CHUNK_ROWS))))
 
 
+@njit(inline="always")
+def _corrected_stats(mu0, c, v, W, eps):
+    """Mean and 1/sqrt(var + eps) from the corrected two-pass sums of one row.
+
+    ``mu0`` is the first-pass mean, ``c = sum(x - mu0)`` and ``v = sum((x - mu0)^2)`` come
+    from the second sweep (Chan, Golub & LeVeque 1983, as in :mod:`normlab._stats`): ``c / W``
+    is the rounding error of the vectorised float32 first sum (it grows with the row's offset,
+    about one ulp of the offset for a 4096-wide row at 2000), so the mean and the variance are
+    corrected by it; the variance is clipped at 0 and 1/sqrt is taken in float64 (the
+    caller casts both results to its dtype).
+    """
+    cm = c / W
+    var = max(np.float64(v) / W - np.float64(cm) * np.float64(cm), 0.0)
+    return mu0 + cm, 1.0 / np.sqrt(var + eps)
+
+
 @njit(parallel=True, cache=True, fastmath=FAST)
 def layer_norm_fwd(x, gamma, beta, eps, out, mean, rstd):
     """out = (x - mean) * rstd * gamma + beta per row; fills mean (R,) and rstd (R,)."""
@@ -64,12 +80,15 @@ def layer_norm_fwd(x, gamma, beta, eps, out, mean, rstd):
         s = zero
         for j in range(W):
             s += x[r, j]
-        mu_t = s / W
+        mu0 = x.dtype.type(s / W)
+        c = zero
         v = zero
         for j in range(W):
-            d = x[r, j] - mu_t
+            d = x[r, j] - mu0
+            c += d
             v += d * d
-        rs_t = x.dtype.type(1.0 / np.sqrt(np.float64(v) / W + eps))
+        mu_c, rs_c = _corrected_stats(mu0, c, v, W, eps)
+        mu_t, rs_t = x.dtype.type(mu_c), x.dtype.type(rs_c)
         for j in range(W):
             out[r, j] = (x[r, j] - mu_t) * rs_t * gamma[j] + beta[j]
         mean[r] = mu_t
@@ -168,12 +187,15 @@ def add_layer_norm_fwd(x, res, gamma, beta, eps, s, out, mean, rstd):
             v = x[r, j] + res[r, j]
             s[r, j] = v
             t += v
-        mu_t = t / W
+        mu0 = x.dtype.type(t / W)
+        c = zero
         q = zero
         for j in range(W):
-            d = s[r, j] - mu_t
+            d = s[r, j] - mu0
+            c += d
             q += d * d
-        rs_t = x.dtype.type(1.0 / np.sqrt(np.float64(q) / W + eps))
+        mu_c, rs_c = _corrected_stats(mu0, c, q, W, eps)
+        mu_t, rs_t = x.dtype.type(mu_c), x.dtype.type(rs_c)
         for j in range(W):
             out[r, j] = (s[r, j] - mu_t) * rs_t * gamma[j] + beta[j]
         mean[r] = mu_t
