@@ -17,7 +17,7 @@ def quick():
 def test_quick_run_passes_every_check(quick):
     assert quick.passed and len(quick.checks) == 4
     assert set(quick.figures) == {
-        "loss_scaling_histogram", "loss_scaling_flushed", "loss_scaling_training"
+        "histogram", "flushed", "training"
     }
 
 

@@ -25,7 +25,7 @@ def _text() -> str:
 
 def test_quick_run_passes_every_check(quick):
     assert quick.passed and len(quick.checks) == 3
-    assert set(quick.figures) == {"training_stability"}
+    assert set(quick.figures) == {"loss_curves"}
 
 
 def test_shipped_corpus_is_tens_of_kilobytes_of_plain_prose():

@@ -17,7 +17,7 @@ def quick():
 
 def test_quick_run_passes_every_check(quick):
     assert quick.passed and len(quick.checks) == 6
-    assert set(quick.figures) == {"update_stall"}
+    assert set(quick.figures) == {"errors"}
     assert set(quick.metrics["tail_error"]) == set(exp.MODES)
 
 

@@ -196,7 +196,7 @@ def _run(settings: Settings, progress: Progress) -> ExperimentResult:
             "its training-mode and eval-mode outputs are compared on fresh batches."
         ),
         checks=checks,
-        figures={"batch_vs_layer": _figure(comp, gaps)},
+        figures={"outputs": _figure(comp, gaps)},
         tables=["\n".join(rows)],
         metrics={"composition": comp, "train_eval_gap": {str(b): v for b, v in gaps.items()}},
         settings={

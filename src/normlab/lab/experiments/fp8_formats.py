@@ -219,8 +219,8 @@ def run(settings: Settings, progress: Progress) -> ExperimentResult:
     )
     return ExperimentResult(
         name=NAME, title=TITLE, seed=settings.seed, summary=summary, checks=checks,
-        figures={"fp8_formats_sweep": _plot_sweep(sweep),
-                 "fp8_formats_drift": _plot_drift(log2_s, drift)},
+        figures={"sweep": _plot_sweep(sweep),
+                 "drift": _plot_drift(log2_s, drift)},
         tables=["\n".join(rows)],
         metrics={
             "log2_scales": LOG2_SCALES.tolist(),

@@ -277,9 +277,9 @@ def _run(settings: Settings, progress: Progress) -> ExperimentResult:
     )
     return ExperimentResult(
         name=NAME, title=TITLE, seed=settings.seed, summary=summary, checks=checks,
-        figures={"loss_scaling_histogram": _plot_histogram(g, median_scale),
-                 "loss_scaling_flushed": _plot_flush(flushed, overflow),
-                 "loss_scaling_training": _plot_training(runs)},
+        figures={"histogram": _plot_histogram(g, median_scale),
+                 "flushed": _plot_flush(flushed, overflow),
+                 "training": _plot_training(runs)},
         tables=["\n".join(rows)],
         metrics={
             "loss_weight": LOSS_WEIGHT,

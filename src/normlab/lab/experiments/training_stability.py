@@ -180,7 +180,7 @@ def _run(settings: Settings, progress: Progress) -> ExperimentResult:
     )
     return ExperimentResult(
         name=NAME, title=TITLE, seed=settings.seed, summary=summary, checks=checks,
-        figures={"training_stability": _plot(logs, entropy)},
+        figures={"loss_curves": _plot(logs, entropy)},
         tables=["\n".join(rows)],
         metrics={
             "unigram_entropy": entropy,

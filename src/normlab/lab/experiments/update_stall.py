@@ -240,7 +240,7 @@ def _run(settings: Settings, progress: Progress) -> ExperimentResult:
     )
     return ExperimentResult(
         name=NAME, title=TITLE, seed=settings.seed, summary=summary, checks=checks,
-        figures={"update_stall": _plot(curves, _LRS[-1], errors, floor)},
+        figures={"errors": _plot(curves, _LRS[-1], errors, floor)},
         tables=["\n".join(rows)],
         metrics={
             "storage_floor": floor,
