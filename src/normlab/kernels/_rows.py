@@ -71,28 +71,41 @@ def _corrected_stats(mu0, c, v, W, eps):
     return mu0 + cm, 1.0 / np.sqrt(var + eps)
 
 
+@njit(inline="always")
+def _ln_row(a, r, first_sum, gamma, beta, eps, out, mean, rstd):
+    """Finish LayerNorm of row r of ``a`` (R, W) given its first-pass sum: stats, then out.
+
+    The second sweep forms the corrected two-pass sums (the row is still in cache), the third
+    writes ``out[r]``; ``mean[r]`` and ``rstd[r]`` receive the row statistics. Shared by the
+    plain and the add+norm forward, which differ only in how the first pass reads the row.
+    """
+    W = a.shape[1]
+    zero = a.dtype.type(0)
+    mu0 = a.dtype.type(first_sum / W)
+    c = zero
+    v = zero
+    for j in range(W):
+        d = a[r, j] - mu0
+        c += d
+        v += d * d
+    mu_c, rs_c = _corrected_stats(mu0, c, v, W, eps)
+    mu_t, rs_t = a.dtype.type(mu_c), a.dtype.type(rs_c)
+    for j in range(W):
+        out[r, j] = (a[r, j] - mu_t) * rs_t * gamma[j] + beta[j]
+    mean[r] = mu_t
+    rstd[r] = rs_t
+
+
 @njit(parallel=True, cache=True, fastmath=FAST)
 def layer_norm_fwd(x, gamma, beta, eps, out, mean, rstd):
     """out = (x - mean) * rstd * gamma + beta per row; fills mean (R,) and rstd (R,)."""
     R, W = x.shape  # x, out: (R, W); gamma, beta: (W,)
     zero = x.dtype.type(0)
     for r in prange(R):
-        s = zero
+        t = zero
         for j in range(W):
-            s += x[r, j]
-        mu0 = x.dtype.type(s / W)
-        c = zero
-        v = zero
-        for j in range(W):
-            d = x[r, j] - mu0
-            c += d
-            v += d * d
-        mu_c, rs_c = _corrected_stats(mu0, c, v, W, eps)
-        mu_t, rs_t = x.dtype.type(mu_c), x.dtype.type(rs_c)
-        for j in range(W):
-            out[r, j] = (x[r, j] - mu_t) * rs_t * gamma[j] + beta[j]
-        mean[r] = mu_t
-        rstd[r] = rs_t
+            t += x[r, j]
+        _ln_row(x, r, t, gamma, beta, eps, out, mean, rstd)
 
 
 @njit(parallel=True, cache=True, fastmath=FAST)
@@ -187,19 +200,7 @@ def add_layer_norm_fwd(x, res, gamma, beta, eps, s, out, mean, rstd):
             v = x[r, j] + res[r, j]
             s[r, j] = v
             t += v
-        mu0 = x.dtype.type(t / W)
-        c = zero
-        q = zero
-        for j in range(W):
-            d = s[r, j] - mu0
-            c += d
-            q += d * d
-        mu_c, rs_c = _corrected_stats(mu0, c, q, W, eps)
-        mu_t, rs_t = x.dtype.type(mu_c), x.dtype.type(rs_c)
-        for j in range(W):
-            out[r, j] = (s[r, j] - mu_t) * rs_t * gamma[j] + beta[j]
-        mean[r] = mu_t
-        rstd[r] = rs_t
+        _ln_row(s, r, t, gamma, beta, eps, out, mean, rstd)
 
 
 @njit(parallel=True, cache=True, fastmath=FAST)
