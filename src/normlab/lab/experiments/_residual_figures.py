@@ -25,7 +25,8 @@ def residual_figures(
     """One figure, two log-log panels: ||ΔF|| after one step, E||ΔF||²/C under perturbation."""
     fig, (ax1, ax2) = new_figure(1, 2, width=5.2, height=4.2)
     xs = np.array(depths)
-    for name, (color, marker, dash) in STYLE.items():
+    for name in update:
+        color, marker, dash = STYLE[name]
         kw = {"color": color, "marker": marker, "linestyle": dash, "label": name}
         ax1.loglog(xs, update[name], **kw)
         if np.all(change[name] > 0):  # ReZero is exactly 0 at init: nothing to draw

@@ -4,9 +4,10 @@ parameter perturbation (Wang et al. 2022 "DeepNet"; Liu et al. 2020 "Admin").
 Model (:mod:`._residual_models`): tiny decoder stacks of N layers, width 64, MLP width 128,
 2 heads (the "64-128-2" size of DeepNet's model-update figure), causal attention, ReLU,
 Xavier-normal weights, float64, for N in DEPTHS (6, 12, 24, 48; ``--full`` adds 96 and
-averages 3 seeds; the quick smoke size uses 3..24), one fresh stack per (placement, N, seed)
-for the update; the perturbation reads every N off one stack of the largest N (the first N
-layers of a deeper stack are an N-layer stack), except DeepNorm whose constants depend on N.
+averages 3 seeds; the quick smoke size uses 2..16 and only the judged placements), one
+fresh stack per (placement, N, seed) for the update; the perturbation reads every N off
+one stack of the largest N (the first N layers of a deeper stack are an N-layer stack),
+except DeepNorm whose constants depend on N.
 Inputs: B x T Gaussian token vectors; a fixed random readout (Xavier, V = 16 classes) and
 random targets give a softmax cross-entropy loss. F(x) is the stack's output (after the
 final LayerNorm where the placement has one). Placements: post, deepnorm, admin, pre,
@@ -61,7 +62,8 @@ NAME = "residual_depth"
 TITLE = "Residual placements vs depth: model update (DeepNet) and output change (Admin)"
 DETECTS: tuple[str, ...] = ("pre_post_swapped",)
 DEPTHS = (6, 12, 24, 48)
-QUICK_DEPTHS = (3, 6, 12, 24)  # smoke size for tests
+QUICK_DEPTHS = (2, 4, 8, 16)  # smoke size for tests: the judged placements only
+JUDGED = ("post", "deepnorm", "admin", "pre")
 FULL_DEPTHS = (6, 12, 24, 48, 96)
 D, D_FF, HEADS, T, V = 64, 128, 2, 16, 16
 LR = 1e-3
@@ -149,11 +151,12 @@ def _measure(settings: Settings, progress: Progress) -> tuple[tuple[int, ...], d
     depths: tuple[int, ...] = settings.pick(QUICK_DEPTHS, DEPTHS, FULL_DEPTHS)
     n_seeds = settings.pick(1, 1, 3)
     batch = settings.pick(2, 4, 8)
-    progress.start((len(depths) + 1) * len(PLACEMENTS) * n_seeds, "Residual placements vs depth")
+    placements: tuple[str, ...] = settings.pick(JUDGED, PLACEMENTS, PLACEMENTS)
+    progress.start((len(depths) + 1) * len(placements) * n_seeds, "Residual placements vs depth")
     seeds = [int(s) for s in np.random.SeedSequence(settings.seed).generate_state(n_seeds)]
     upd: dict[str, np.ndarray] = {}
     chg: dict[str, np.ndarray] = {}
-    for placement in PLACEMENTS:
+    for placement in placements:
         u = np.zeros((n_seeds, len(depths)))
         c = np.zeros((n_seeds, len(depths)))
         for i, s in enumerate(seeds):
@@ -208,7 +211,7 @@ def _table(depths: tuple[int, ...], upd: dict, chg: dict) -> str:
     head = "| placement | " + " | ".join(f"ΔF, N={n}" for n in depths) + " | slope | "
     head += " | ".join(f"change, N={n}" for n in depths) + " | slope |"
     rows = [head, "|---" * (2 * len(depths) + 3) + "|"]
-    for k in PLACEMENTS:
+    for k in upd:
         su = f"{_slope(depths, upd[k]):+.2f}"
         sc = "0 exactly" if k == "rezero" else f"{_slope(depths, chg[k]):+.2f}"
         cells = [f"{v:.3g}" for v in upd[k]] + [su] + [f"{v:.3g}" for v in chg[k]] + [sc]

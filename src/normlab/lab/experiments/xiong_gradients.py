@@ -61,7 +61,13 @@ def layer_grad_norms(
         "W1": [model.ffn_weight(layer, "fc1").grad for layer in range(layers)],
         "WV": [blk.attention.value.weight.grad for blk in model.blocks],
     }
-    return {k: np.array([float(np.linalg.norm(g)) for g in v]) for k, v in out.items()}
+    return {k: np.array([float(np.linalg.norm(_grad(g))) for g in v]) for k, v in out.items()}
+
+
+def _grad(g: np.ndarray | None) -> np.ndarray:
+    if g is None:  # every weight is used by the loss: a missing gradient is a broken backward
+        raise RuntimeError("a weight received no gradient from TransformerLM.backward")
+    return g
 
 
 def _spearman(values: np.ndarray) -> float:
