@@ -37,6 +37,7 @@ import numpy as np
 
 from normlab import layer_norm_backward, layer_norm_forward, rms_norm_backward, rms_norm_forward
 from normlab._backend import kernel, use_backend
+from normlab.lab.experiments._notes import not_reproduced
 from normlab.lab.plotting import new_figure
 from normlab.lab.result import Check, ExperimentResult, Progress, Settings
 from normlab.lab.training import single_threaded
@@ -184,7 +185,7 @@ def run(settings: Settings, progress: Progress) -> ExperimentResult:
             f"array, {repeats} repeats of both orders, one thread, backends: "
             f"{', '.join(backends)}. "
             "This measures this CPU and these implementations, not the paper's GPU models; "
-            "the paper's range is of whole-model running time."
+            "the paper's range is of whole-model running time." + not_reproduced(checks)
         ),
         checks=checks,
         figures=_figure(times, rows, width),

@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from normlab.lab.experiments._notes import not_reproduced
 from normlab.lab.experiments._residual_figures import residual_figures
 from normlab.lab.experiments._residual_models import PLACEMENTS, build_stack, stack_output
 from normlab.lab.result import Check, ExperimentResult, Progress, Settings
@@ -223,6 +224,7 @@ def _table(depths: tuple[int, ...], upd: dict, chg: dict) -> str:
 def run(settings: Settings, progress: Progress) -> ExperimentResult:
     """Run the experiment (see the module docstring) on the NumPy references, one thread."""
     depths, upd, chg, used = _measure(settings, progress)
+    checks = _checks(depths, upd, chg)
     return ExperimentResult(
         name=NAME,
         title=TITLE,
@@ -233,8 +235,9 @@ def run(settings: Settings, progress: Progress) -> ExperimentResult:
             f"{', '.join(map(str, depths))} layers: the size of the change of the output "
             f"after one AdamW step (lr {LR:g}) and under a random relative perturbation "
             f"{SIGMA:g} of every weight matrix. Criteria were fixed before the first run."
+            + not_reproduced(checks)
         ),
-        checks=_checks(depths, upd, chg),
+        checks=checks,
         figures=residual_figures(depths, upd, chg),
         tables=[_table(depths, upd, chg)],
         metrics={"depths": list(depths), "update": {k: v.tolist() for k, v in upd.items()},
