@@ -5,10 +5,10 @@ placement  forward                                  source
 ========== ======================================== =========================================
 pre        y = x + F(N(x))                          Xiong et al. 2020 (GPT-2's placement)
 post       y = N(x + F(x))                          Vaswani et al. 2017
-deepnorm   y = N(alpha x + F(x)), alpha a constant  Wang et al. 2022, "DeepNet", eq. (1)
+deepnorm   y = N(alpha x + F(x)), alpha a constant  Wang et al. 2022, "DeepNet"
 sandwich   y = x + N_out(F(N_in(x)))                Ding et al. 2021 (CogView "Sandwich-LN");
                                                     Kim et al. 2025, "Peri-LN"; Gemma 2
-admin      y = N(omega * x + F(x)), omega trained   Liu et al. 2020 ("Admin"), eq. (6)
+admin      y = N(omega * x + F(x)), omega trained   Liu et al. 2020 ("Admin")
 rezero     y = x + alpha F(x), alpha trained, no N  Bachlechner et al. 2020 ("ReZero")
 ========== ======================================== =========================================
 

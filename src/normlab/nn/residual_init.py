@@ -113,8 +113,8 @@ def deepnorm_init(
 def admin_initialize(blocks: Sequence[Residual], x: Any) -> np.ndarray:
     r"""Set each Admin block's omega from the output variances of the blocks below it.
 
-    Admin (Liu et al. 2020, "Understanding the Difficulty of Training Transformers", eq. (6)
-    and its profiling step) uses x_i = N(omega_i * x_{i-1} + F_i(x_{i-1})) with
+    Admin (Liu et al. 2020, "Understanding the Difficulty of Training Transformers", the
+    Admin initialisation and its profiling step) uses x_i = N(omega_i * x_{i-1} + F_i(x_{i-1})) with
 
     .. math:: \omega_i = \sqrt{\textstyle\sum_{j<i} \operatorname{Var}[F_j(x_{j-1})]},
 

@@ -1,9 +1,9 @@
 """Gradient norm per layer at initialization, Post-LN vs Pre-LN (Xiong et al. 2020, Figure 3).
 
 The paper's Figure 3 shows the gradient norm of each layer's weights at initialization for
-Post-LN and Pre-LN Transformers; its text (Section 3.4) reads: for Post-LN the gradient norm
-grows with the layer index (largest near the output), for Pre-LN it stays about the same
-in every layer. Here: :class:`normlab.nn.TransformerLM` (character language model on the
+Post-LN and Pre-LN Transformers; the paper states that for Post-LN the gradient norm grows
+with the layer index (largest near the output) while for Pre-LN it stays about the same in
+every layer. Here: :class:`normlab.nn.TransformerLM` (character language model on the
 shipped corpus, Xavier-normal weights, ReLU MLP of width 4d, biases zero, LayerNorm gain
 1 / bias 0, Pre-LN with a final norm), one forward and backward of the mean next-character
 cross-entropy at initialization, and per layer l the Frobenius norm of the gradient of the
@@ -89,7 +89,7 @@ def _figure(grads: dict[str, dict[str, np.ndarray]], d: int) -> dict:
 
 
 def _checks(g_post: np.ndarray, g_pre: np.ndarray) -> list[Check]:
-    src = "Xiong et al. 2020, Figure 3 and Section 3.4"
+    src = "Xiong et al. 2020, Figure 3"
     ratio, corr = float(g_post[-1] / g_post[0]), _spearman(g_post)
     spread = float(g_pre.max() / g_pre.min())
     n = g_post.size
