@@ -17,6 +17,7 @@ and float32 otherwise.
 
 from __future__ import annotations
 
+import warnings
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -285,5 +286,7 @@ class Module:
 
 
 def param_dtype(x: np.ndarray) -> np.dtype:
-    """The dtype parameters are cast to for an input ``x`` (float64 or float32)."""
+    """Deprecated: use ``normlab._validate.compute_dtype(x.dtype)`` (the same rule)."""
+    warnings.warn("normlab.nn.module.param_dtype is deprecated; it is compute_dtype(x.dtype) "
+                  "from normlab._validate", DeprecationWarning, stacklevel=2)
     return compute_dtype(x.dtype)
