@@ -160,3 +160,83 @@ def test_bad_input_changes_nothing() -> None:
     with pytest.raises(ValueError):
         mixed_precision_step(mw, SGD(mw.masters, lr=0.1), scaler)
     assert p.grad.tolist() == [8.0, 8.0] and scaler.scale == 8.0
+
+
+def test_master_weights_big_endian_params_match_native() -> None:
+    vals = np.array([1.0 + 2.0**-30, -3.25, 1e-3])
+    results = []
+    for dt in ("<f8", ">f8"):
+        p = SimpleNamespace(data=vals.astype(dt), grad=None)
+        mw = MasterWeights([p], "bf16")
+        opt = AdamW(mw.masters, lr=0.01)
+        p.grad = np.array([0.5, -0.25, 2.0], dtype=dt) * 64.0
+        assert not mixed_precision_step(mw, opt, DynamicLossScaler(64.0)).skipped
+        assert p.data.dtype == np.dtype(dt)
+        results.append((p.data.astype(np.float64), mw.masters[0].data.copy()))
+    np.testing.assert_array_equal(results[0][0], results[1][0])
+    np.testing.assert_array_equal(results[0][1], results[1][1])
+
+
+def test_mixed_precision_step_validates_before_unscaling() -> None:
+    p = SimpleNamespace(data=np.ones(2, np.float32), grad=None)
+    mw = MasterWeights([p], "bf16")
+    scaler = DynamicLossScaler(4.0)
+    p.grad = np.full(2, 4.0, np.float32)
+    wrong = SGD([p], lr=0.1)  # built on the working parameters: refresh would undo it
+    for args, exc, match in [
+        ((mw, wrong, scaler), ValueError, "master.masters"),
+        ((mw, object(), scaler), TypeError, "optimizer"),
+        ((mw, SGD(mw.masters, lr=0.1), object()), TypeError, "scaler"),
+        (([p], SGD(mw.masters, lr=0.1), scaler), TypeError, "MasterWeights"),
+    ]:
+        with pytest.raises(exc, match=match):
+            mixed_precision_step(*args)
+    with pytest.raises(ValueError, match="max_norm"):
+        mixed_precision_step(mw, SGD(mw.masters, lr=0.1), scaler, max_norm=0.0)
+    assert p.grad.tolist() == [4.0, 4.0] and scaler.state_dict()["_growth_tracker"] == 0
+
+
+def test_clip_grad_norm_checks_every_entry_first() -> None:
+    g0 = np.full(2, 10.0, np.float32)
+    ro = np.ones(2, np.float32)
+    ro.flags.writeable = False
+    with pytest.raises(TypeError, match=r"grads\[1\]"):
+        clip_grad_norm([g0, ro], 1.0)
+    with pytest.raises(TypeError, match=r"grads\[1\]"):
+        clip_grad_norm([g0, [1.0, 2.0]], 1.0)
+    with pytest.raises(ValueError, match="eps"):
+        clip_grad_norm([g0], 1.0, eps=-1.0)
+    assert g0.tolist() == [10.0, 10.0]
+
+
+def test_master_weights_load_state_checks() -> None:
+    p = SimpleNamespace(data=np.ones(3, np.float32), grad=None)
+    mw = MasterWeights([p], "bf16")
+    good = mw.state_dict()
+    assert sorted(good) == ["masters.0", "working.0"]
+    for bad, exc in [({**good, "masters.1": np.ones(3)}, ValueError),
+                     ({"masters.0": good["masters.0"]}, ValueError),
+                     ({**good, "masters.0": np.ones(4)}, ValueError),
+                     ({**good, "working.0": np.array([1, 2, 3])}, TypeError),
+                     ([1], TypeError)]:
+        with pytest.raises(exc):
+            mw.load_state_dict(bad)
+    p.data.flags.writeable = False
+    with pytest.raises(ValueError, match="writeable"):
+        mw.load_state_dict({"masters.0": np.full(3, 2.0), "working.0": np.full(3, 2.0)})
+    assert mw.masters[0].data.tolist() == [1.0, 1.0, 1.0]
+    with pytest.raises(TypeError, match="saturate"):
+        MasterWeights([p], "bf16", saturate=1)
+    with pytest.raises(TypeError, match="rng"):
+        MasterWeights([p], "bf16", rng=0)
+
+
+def test_low_precision_updater_read_only_weights_change_nothing() -> None:
+    up = LowPrecisionUpdater("bf16", "kahan")
+    w = np.ones(2, np.float32)
+    up.apply(w, np.full(2, 2.0**-10))
+    comp = up.compensation(w).copy()
+    w.flags.writeable = False
+    with pytest.raises(ValueError, match="writeable"):
+        up.apply(w, np.full(2, 2.0**-10))
+    np.testing.assert_array_equal(up.compensation(w), comp)
