@@ -197,7 +197,10 @@ class Module:
 
     # -- state --------------------------------------------------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:
-        """Copies of every parameter and buffer, keyed by dotted name."""
+        """Copies of every parameter and buffer, keyed by dotted name.
+
+        Arrays only, so ``np.savez(f, **module.state_dict())`` works without pickle.
+        """
         state: dict[str, np.ndarray] = {}
         for name, p in self.named_parameters():
             state[name] = p.data.copy()
@@ -208,7 +211,10 @@ class Module:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Copy values into parameters and buffers (dtype of the target kept).
 
-        Every key and shape is checked before anything is written.
+        Every key and shape is checked before anything is written. Each parameter gets a
+        new ``.data`` array (optimizers hold the Parameter, so they follow), which is how a
+        :class:`~normlab.precision.MasterWeights` built earlier sees the load: it re-reads
+        its masters from the new values instead of writing stale masters over them.
 
         Raises
         ------
