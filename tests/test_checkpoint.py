@@ -8,7 +8,11 @@ tracker, a float32 master, the dropout generator) changes some later step's bits
 from __future__ import annotations
 
 import io
+import os
 import pickle
+import re
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -278,3 +282,25 @@ def test_checkpoint_save_replaces_atomically(tmp_path: Path) -> None:
     checkpoint.save(target, {"v": 2})
     assert checkpoint.load(target) == {"v": 2}
     assert [p.name for p in tmp_path.iterdir()] == ["ck.npz"]
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_production_doc_example_runs() -> None:
+    text = (ROOT / "docs" / "production.md").read_text(encoding="utf-8")
+    section = text.split("## Checkpointing and resume", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    assert len(blocks) == 1
+    exec(compile(blocks[0], "docs/production.md", "exec"), {})  # ends in an assert
+
+
+def test_checkpoint_resume_example_runs() -> None:
+    path = os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH")) if p)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "checkpoint_resume.py")], cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": path}, capture_output=True, text=True, timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.rstrip().endswith("bit for bit")
