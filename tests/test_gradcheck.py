@@ -151,7 +151,7 @@ def test_module_and_function_are_both_reachable(rng):
     ({"wrt": [0.0]}, TypeError, "wrt entry must be an integer"),
     ({"tol": -1.0}, ValueError, "tol"),
     ({"names": ["x"]}, ValueError, "names must be a sequence of 3"),
-    ({"state": [[1.0]]}, TypeError, r"state\[0\] must be a writeable ndarray"),
+    ({"state": [[1.0]]}, TypeError, r"state\[0\] must be a numpy ndarray"),
 ])
 def test_arguments_are_checked_before_the_generator_moves(kwargs, exc, match):
     rng = np.random.default_rng(0)

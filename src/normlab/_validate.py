@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import ml_dtypes
@@ -24,8 +24,12 @@ __all__ = [
     "check_finite_real",
     "check_generator",
     "check_int",
+    "check_mapping",
+    "check_nonneg",
+    "check_positive",
     "check_probability",
     "check_shape",
+    "check_writeable",
     "compute_dtype",
     "is_float_dtype",
     "native_dtype",
@@ -212,3 +216,36 @@ def scalar_item(value: Any, name: str, *, allow_one_element: bool = False) -> An
         return value.reshape(()).item()
     allowed = "a 1-element array" if allow_one_element else "a 0-d array"
     raise ValueError(f"{name} must be a scalar or {allowed}; got {_describe(value)}")
+
+
+def check_nonneg(value: Any, name: str) -> float:
+    """A finite real number >= 0 (a 0-d array is unwrapped), returned as float."""
+    v = check_finite_real(scalar_item(value, name), name)
+    if v < 0.0:
+        raise ValueError(f"{name} must be >= 0; got {value!r}")
+    return v
+
+
+def check_positive(value: Any, name: str) -> float:
+    """A finite real number > 0 (a 0-d array is unwrapped), returned as float."""
+    v = check_finite_real(scalar_item(value, name), name)
+    if v <= 0.0:
+        raise ValueError(f"{name} must be > 0; got {value!r}")
+    return v
+
+
+def check_writeable(arr: Any, name: str, why: str = "it is updated in place") -> np.ndarray:
+    """An ndarray that can be written in place; ``why`` says what writes it."""
+    if not isinstance(arr, np.ndarray):
+        raise TypeError(f"{name} must be a numpy ndarray ({why}); got {_describe(arr)}")
+    if not arr.flags.writeable:
+        raise ValueError(f"{name} must be writeable ({why}); got a read-only array of shape "
+                         f"{arr.shape}")
+    return arr
+
+
+def check_mapping(value: Any, name: str, what: str = "a state dict") -> Any:
+    """A mapping (dict-like), e.g. a state dict given to ``load_state_dict``."""
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{name} must be a mapping ({what}); got {_describe(value)}")
+    return value

@@ -33,7 +33,14 @@ from typing import Any
 
 import numpy as np
 
-from normlab._validate import check_finite_real, check_generator, check_int, is_float_dtype
+from normlab._validate import (
+    check_generator,
+    check_int,
+    check_nonneg,
+    check_positive,
+    check_writeable,
+    is_float_dtype,
+)
 
 __all__ = ["GradcheckError", "gradcheck"]
 
@@ -248,11 +255,9 @@ def _check_args(forward: Any, backward: Any, inputs: Any, rng: Any, wrt: Any, mo
     if mode not in _MODES:
         raise ValueError(f"mode must be one of {_MODES}; got {mode!r}")
     num_directions = check_int(num_directions, "num_directions", minimum=1)
-    h, floor = check_finite_real(h, "h"), check_finite_real(floor, "floor")
-    if h <= 0 or floor <= 0:
-        raise ValueError(f"h and floor must be > 0; got h={h!r}, floor={floor!r}")
-    if tol is not None and not check_finite_real(tol, "tol") >= 0:
-        raise ValueError(f"tol must be >= 0 (or None); got {tol!r}")
+    h, floor = check_positive(h, "h"), check_positive(floor, "floor")
+    if tol is not None:
+        check_nonneg(tol, "tol")
     indices = None if wrt is None else _check_wrt(wrt, items)
     if names is not None and (isinstance(names, str) or not isinstance(names, Sequence)
                               or len(names) != len(items)):
@@ -261,9 +266,7 @@ def _check_args(forward: Any, backward: Any, inputs: Any, rng: Any, wrt: Any, mo
     if isinstance(state, np.ndarray) or not isinstance(state, Sequence):
         raise TypeError(f"state must be a sequence of arrays; got {type(state).__name__}")
     for k, arr in enumerate(state):
-        if not isinstance(arr, np.ndarray) or not arr.flags.writeable:
-            raise TypeError(f"state[{k}] must be a writeable ndarray (restored in place); "
-                            f"got {type(arr).__name__}")
+        check_writeable(arr, f"state[{k}]", "it is restored in place")
     return items, indices, num_directions, h, floor
 
 

@@ -200,7 +200,7 @@ def test_clip_grad_norm_checks_every_entry_first() -> None:
     g0 = np.full(2, 10.0, np.float32)
     ro = np.ones(2, np.float32)
     ro.flags.writeable = False
-    with pytest.raises(TypeError, match=r"grads\[1\]"):
+    with pytest.raises(ValueError, match=r"grads\[1\] must be writeable"):
         clip_grad_norm([g0, ro], 1.0)
     with pytest.raises(TypeError, match=r"grads\[1\]"):
         clip_grad_norm([g0, [1.0, 2.0]], 1.0)

@@ -17,22 +17,16 @@ import numpy as np
 from normlab._validate import (
     as_float_array,
     check_bool,
-    check_finite_real,
     check_int,
+    check_mapping,
     check_shape,
+    check_writeable,
     compute_dtype,
     optional_grad,
     scalar_item,
 )
 
-__all__ = ["nonneg"]
-
-
-def nonneg(value: Any, name: str) -> float:
-    v = check_finite_real(scalar_item(value, name), name)
-    if v < 0.0:
-        raise ValueError(f"{name} must be >= 0; got {value!r}")
-    return v
+__all__: list[str] = []  # the base class is private; SGD / AdamW are in optim.py
 
 
 def _param_data(p: Any, i: int) -> np.ndarray:
@@ -97,11 +91,7 @@ class _Optimizer:
             data = _param_data(p, i)
             g = optional_grad(p.grad, data.shape, f"params[{i}].grad")
             if g is not None:
-                if not data.flags.writeable:
-                    raise ValueError(
-                        f"params[{i}].data must be writeable (it is updated in place); got a "
-                        f"read-only array of shape {data.shape}"
-                    )
+                check_writeable(data, f"params[{i}].data")
                 self._check_live_state(i, p)
             grads.append(g)
         return grads
@@ -159,13 +149,11 @@ class _Optimizer:
         group = _one_group(state["param_groups"], len(self.params), self._HYPER)
         hyper = self._check_hyper({k: group[k] for k in self._HYPER})
         entries = state["state"]
-        if not isinstance(entries, Mapping):
-            raise TypeError(f"state['state'] must be a mapping; got {type(entries).__name__}")
+        check_mapping(entries, "state['state']", "parameter index -> state entry")
         new: dict[int, dict[str, Any]] = {}
         for key, entry in entries.items():
             i = _index(key, len(self.params))
-            if not isinstance(entry, Mapping):
-                raise TypeError(f"state['state'][{i}] must be a mapping; got {entry!r}"[:200])
+            check_mapping(entry, f"state['state'][{i}]", "one parameter's state")
             checked = self._check_entry(i, entry, hyper)
             if checked:
                 new[i] = checked
@@ -192,8 +180,7 @@ def _one_group(groups: Any, n: int, keys: Sequence[str]) -> Mapping[str, Any]:
     if not isinstance(groups, (list, tuple)) or len(groups) != 1:
         raise ValueError(f"state['param_groups'] must be a list of one group; got {groups!r}"[:200])
     group = groups[0]
-    if not isinstance(group, Mapping):
-        raise TypeError(f"state['param_groups'][0] must be a mapping; got {type(group).__name__}")
+    check_mapping(group, "state['param_groups'][0]", "hyperparameters and params")
     expected = {*keys, "params"}
     if set(group) != expected:
         raise ValueError(f"state['param_groups'][0] must have the keys {sorted(expected)}; "

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from normlab._validate import as_float_array, compute_dtype
+from normlab._validate import as_float_array, check_bool, compute_dtype
 
 __all__ = ["Module", "Parameter"]
 
@@ -181,14 +181,16 @@ class Module:
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Reset the gradient of every parameter (see :meth:`Parameter.zero_grad`)."""
+        set_to_none = check_bool(set_to_none, "set_to_none")
         for p in self.parameters():
             p.zero_grad(set_to_none)
 
     # -- modes --------------------------------------------------------------------------
     def train(self, mode: bool = True) -> Module:
         """Set training mode on this module and every sub-module; returns self."""
+        mode = check_bool(mode, "mode")
         for _, mod in self.named_modules():
-            object.__setattr__(mod, "training", bool(mode))
+            object.__setattr__(mod, "training", mode)
         return self
 
     def eval(self) -> Module:

@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from normlab._validate import check_bool, check_finite_real, check_int, scalar_item
-from normlab.nn._optimizer import _Optimizer, nonneg
+from normlab._validate import check_bool, check_finite_real, check_int, check_nonneg, scalar_item
+from normlab.nn._optimizer import _Optimizer
 
 __all__ = ["SGD", "AdamW"]
 
@@ -73,9 +73,9 @@ class SGD(_Optimizer):
         super().__init__(params, hyper)
 
     def _check_hyper(self, values: Mapping[str, Any]) -> dict[str, Any]:
-        lr, mu = nonneg(values["lr"], "lr"), nonneg(values["momentum"], "momentum")
+        lr, mu = check_nonneg(values["lr"], "lr"), check_nonneg(values["momentum"], "momentum")
         damp = check_finite_real(scalar_item(values["dampening"], "dampening"), "dampening")
-        wd = nonneg(values["weight_decay"], "weight_decay")
+        wd = check_nonneg(values["weight_decay"], "weight_decay")
         nesterov = check_bool(scalar_item(values["nesterov"], "nesterov"), "nesterov")
         if nesterov and (mu <= 0.0 or damp != 0.0):
             raise ValueError(
@@ -164,8 +164,8 @@ class AdamW(_Optimizer):
         super().__init__(params, hyper)
 
     def _check_hyper(self, values: Mapping[str, Any]) -> dict[str, Any]:
-        lr, eps = nonneg(values["lr"], "lr"), nonneg(values["eps"], "eps")
-        wd = nonneg(values["weight_decay"], "weight_decay")
+        lr, eps = check_nonneg(values["lr"], "lr"), check_nonneg(values["eps"], "eps")
+        wd = check_nonneg(values["weight_decay"], "weight_decay")
         betas = values["betas"]
         if isinstance(betas, np.ndarray) and betas.shape == (2,):
             betas = tuple(betas.tolist())  # a pair saved through np.savez

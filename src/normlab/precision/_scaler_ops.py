@@ -17,6 +17,7 @@ import numpy as np
 from normlab._validate import (
     as_float_array,
     check_finite_real,
+    check_writeable,
     native_dtype,
     scalar_item,
 )
@@ -81,8 +82,7 @@ def collect_grads(grads: Any) -> list[np.ndarray]:
                 f"got {type(g).__name__}"
             )
         as_float_array(g, f"grads[{i}]")
-        if not g.flags.writeable:
-            raise ValueError(f"grads[{i}] must be writeable (it is unscaled in place)")
+        check_writeable(g, f"grads[{i}]", "it is unscaled in place")
         out.append(g)
     return out
 

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from normlab._validate import check_finite_real, check_int, scalar_item
+from normlab._validate import check_finite_real, check_int, check_mapping, scalar_item
 from normlab.precision._scaler_ops import (
     as_f32_scale,
     check_found_inf,
@@ -46,9 +46,7 @@ _EXTRA_KEYS = ("hysteresis", "_hysteresis_tracker", "min_scale")
 
 def _check_state_keys(state: Any, required: tuple[str, ...], allowed: tuple[str, ...],
                       owner: str) -> None:
-    if not isinstance(state, Mapping):
-        raise TypeError(f"state must be a mapping (a {owner} state dict); "
-                        f"got {type(state).__name__}")
+    check_mapping(state, "state", f"a {owner} state dict")
     if len(state) == 0:
         raise ValueError("state is empty, possibly saved from a disabled GradScaler; "
                          f"a {owner} state needs the keys {list(required)}")

@@ -15,7 +15,14 @@ from typing import Any
 
 import numpy as np
 
-from normlab._validate import as_float_array, check_generator, check_shape, scalar_item
+from normlab._validate import (
+    as_float_array,
+    check_generator,
+    check_mapping,
+    check_shape,
+    check_writeable,
+    scalar_item,
+)
 from normlab.precision.formats import Format, get_format
 from normlab.precision.rounding import quantize
 
@@ -79,8 +86,7 @@ class LowPrecisionUpdater:
         if not isinstance(weights, np.ndarray):
             raise TypeError(f"weights must be an ndarray (updated in place); got {type(weights)}")
         w = as_float_array(weights, "weights")
-        if not weights.flags.writeable:
-            raise ValueError("weights must be writeable (it is updated in place)")
+        check_writeable(weights, "weights")
         d = as_float_array(delta, "delta")
         check_shape(d, w.shape, "delta", "the shape of weights")
         w64, d64 = w.astype(np.float64), d.astype(np.float64)
@@ -119,8 +125,7 @@ class LowPrecisionUpdater:
         ------
         TypeError / ValueError on a missing, unexpected or mismatching entry.
         """
-        if not isinstance(state, Mapping):
-            raise TypeError(f"state must be a mapping; got {type(state).__name__}")
+        check_mapping(state, "state", "a LowPrecisionUpdater state dict")
         for key, mine in (("mode", self.mode), ("format", self.fmt.name)):
             got = scalar_item(state.get(key), f"state[{key!r}]")
             if got != mine:

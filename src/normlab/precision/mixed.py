@@ -25,9 +25,12 @@ import numpy as np
 from normlab._validate import (
     as_float_array,
     check_bool,
-    check_finite_real,
     check_generator,
+    check_mapping,
+    check_nonneg,
+    check_positive,
     check_shape,
+    check_writeable,
     optional_grad,
 )
 from normlab.precision.formats import Format, get_format
@@ -162,9 +165,7 @@ class MasterWeights:
 
     def _check_writeable(self) -> None:
         for i, w in enumerate(self.working):
-            if not w.data.flags.writeable:
-                raise ValueError(f"params[{i}].data must be writeable (the working copy is "
-                                 "written in place)")
+            check_writeable(w.data, f"params[{i}].data", "the working copy is written in place")
 
     def _write(self, values: Sequence[np.ndarray]) -> None:
         for i, (w, q) in enumerate(zip(self.working, values, strict=True)):
@@ -207,8 +208,7 @@ class MasterWeights:
         TypeError / ValueError on a missing or unexpected key or a wrong shape; nothing
         changes then.
         """
-        if not isinstance(state, Mapping):
-            raise TypeError(f"state must be a mapping; got {type(state).__name__}")
+        check_mapping(state, "state", "a MasterWeights state dict")
         n = len(self.masters)
         expected = {f"{kind}.{i}" for kind in ("masters", "working") for i in range(n)}
         missing = sorted(expected - set(state))
@@ -245,17 +245,13 @@ def clip_grad_norm(grads: Sequence[np.ndarray | None], max_norm: float, *,
     TypeError / ValueError: max_norm not > 0, eps not >= 0, an entry that is not a
     writeable float ndarray (checked for every entry before any is scaled).
     """
-    mx = _positive(max_norm, "max_norm")
-    eps = check_finite_real(eps, "eps")
-    if eps < 0:
-        raise ValueError(f"eps must be >= 0; got {eps!r}")
+    mx = check_positive(max_norm, "max_norm")
+    eps = check_nonneg(eps, "eps")
     if isinstance(grads, np.ndarray) or not isinstance(grads, Iterable):
         raise TypeError(f"grads must be a sequence of ndarrays (or None); got {type(grads)}")
     arrays = [g for g in grads if g is not None]
     for i, g in enumerate(arrays):
-        if not isinstance(g, np.ndarray) or not g.flags.writeable:
-            raise TypeError(f"grads[{i}] must be a writeable ndarray (it is scaled in place); "
-                            f"got {type(g).__name__}")
+        check_writeable(g, f"grads[{i}]", "it is scaled in place")
         as_float_array(g, f"grads[{i}]")
     total = math.sqrt(sum(float(np.sum(np.square(g, dtype=np.float64))) for g in arrays))
     coef = min(1.0, mx / (total + eps))
@@ -315,13 +311,6 @@ def mixed_precision_step(
     return StepResult(False, norm, float(scaler.scale))
 
 
-def _positive(value: Any, name: str) -> float:
-    v = check_finite_real(value, name)
-    if v <= 0:
-        raise ValueError(f"{name} must be > 0; got {value!r}")
-    return v
-
-
 def _check_step_args(master: Any, optimizer: Any, scaler: Any, max_norm: Any) -> None:
     """Everything mixed_precision_step needs, checked before a gradient is unscaled."""
     if not isinstance(master, MasterWeights):
@@ -339,4 +328,4 @@ def _check_step_args(master: Any, optimizer: Any, scaler: Any, max_norm: Any) ->
             "from the masters: build it on master.masters, e.g. AdamW(master.masters)"
         )
     if max_norm is not None:
-        _positive(max_norm, "max_norm")
+        check_positive(max_norm, "max_norm")
