@@ -3,10 +3,12 @@
 Contract: ``params`` is any iterable of objects with ``.data`` (a float ndarray, updated in
 place) and ``.grad`` (a float ndarray of the same shape, or None: that parameter is
 skipped, as in PyTorch). Optimizer state (momentum buffer, Adam moments) is float32, or
-float64 for float64 parameters; the update is computed in that precision and written back
-into ``.data``'s dtype (so bfloat16/float16 parameters are rounded to nearest: keep float32
-master weights, see :mod:`normlab.precision.mixed`). ``step`` validates every gradient
-before it changes anything.
+float64 for float64 parameters of either byte order (``'>f8'`` too); the update is computed
+in that precision and written back into ``.data``'s dtype (so bfloat16/float16 parameters
+are rounded to nearest: keep float32 master weights, see :mod:`normlab.precision.mixed`).
+``step`` validates every parameter (a writeable float array), gradient and state entry
+before it changes anything. ``state_dict`` / ``load_state_dict`` use PyTorch's layout;
+loading validates the whole dict first (see :mod:`normlab.nn._optimizer`).
 
 Scalars follow PyTorch's single-tensor (CPU) implementation: hyperparameters and
 Python-side bias corrections are computed in float64 and rounded to the state dtype when
