@@ -41,13 +41,9 @@ from normlab.precision.listings import (
 )
 from normlab.precision.loss_scaling import DynamicLossScaler, StaticLossScaler
 from normlab.precision.lowp_update import LowPrecisionUpdater
+from normlab.precision.master_weights import MasterWeights
 from normlab.precision.matmul import lowp_matmul
-from normlab.precision.mixed import (
-    MasterWeights,
-    StepResult,
-    clip_grad_norm,
-    mixed_precision_step,
-)
+from normlab.precision.mixed import StepResult, clip_grad_norm, mixed_precision_step
 from normlab.precision.mx import (
     MXTensor,
     e8m0_scales,

@@ -17,6 +17,8 @@ import numpy as np
 from normlab._validate import (
     as_float_array,
     check_finite_real,
+    check_int,
+    check_mapping,
     check_writeable,
     native_dtype,
     scalar_item,
@@ -25,6 +27,9 @@ from normlab._validate import (
 __all__ = [
     "as_f32_scale",
     "check_found_inf",
+    "check_growth",
+    "check_min_scale",
+    "check_state_keys",
     "collect_grads",
     "found_inf",
     "inv",
@@ -132,3 +137,44 @@ def scale_loss(loss: Any, scale: float) -> Any:
     with np.errstate(over="ignore", invalid="ignore"):
         out = (wide * work.type(scale)).astype(arr.dtype)
     return out if isinstance(loss, np.ndarray) and loss.ndim > 0 else out[()]
+
+
+def check_state_keys(state: Any, required: tuple[str, ...], allowed: tuple[str, ...],
+                      owner: str) -> None:
+    check_mapping(state, "state", f"a {owner} state dict")
+    if len(state) == 0:
+        raise ValueError("state is empty, possibly saved from a disabled GradScaler; "
+                         f"a {owner} state needs the keys {list(required)}")
+    missing = [k for k in required if k not in state]
+    unexpected = sorted(str(k) for k in state if k not in allowed)
+    if missing or unexpected:
+        raise ValueError(f"state keys must be {list(allowed)} ({list(required)} required); "
+                         f"missing {missing}, unexpected {unexpected}")
+
+
+def check_growth(gf: Any, bf: Any, gi: Any, prefix: str) -> tuple[float, float, int]:
+    """growth_factor > 1, backoff_factor in (0, 1), growth_interval >= 1 (0-d arrays ok)."""
+    def name(key: str) -> str:
+        return f"{prefix}[{key!r}]" if prefix else key
+
+    g = check_finite_real(scalar_item(gf, name("growth_factor")), name("growth_factor"))
+    if g <= 1.0:
+        raise ValueError(f"{name('growth_factor')} must be > 1 (it grows the scale); got {gf!r}")
+    b = check_finite_real(scalar_item(bf, name("backoff_factor")), name("backoff_factor"))
+    if not 0.0 < b < 1.0:
+        raise ValueError(
+            f"{name('backoff_factor')} must be in (0, 1) (it shrinks the scale); got {bf!r}"
+        )
+    interval = check_int(scalar_item(gi, name("growth_interval")), name("growth_interval"),
+                         minimum=1)
+    return g, b, interval
+
+
+def check_min_scale(ms: Any, scale: float, name: str, scale_name: str) -> float | None:
+    """None (no floor) or a float32 floor in (0, scale]."""
+    if ms is None:
+        return None
+    m = as_f32_scale(ms, name)
+    if m > scale:
+        raise ValueError(f"{name} must be <= {scale_name} ({scale}); got {ms!r}")
+    return m

@@ -26,10 +26,13 @@ from typing import Any
 
 import numpy as np
 
-from normlab._validate import check_finite_real, check_int, check_mapping, scalar_item
+from normlab._validate import check_int, scalar_item
 from normlab.precision._scaler_ops import (
     as_f32_scale,
     check_found_inf,
+    check_growth,
+    check_min_scale,
+    check_state_keys,
     collect_grads,
     found_inf,
     inv,
@@ -42,19 +45,6 @@ __all__ = ["DynamicLossScaler", "StaticLossScaler"]
 # GradScaler.state_dict()'s keys; the rest are normlab's extensions.
 _TORCH_KEYS = ("scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker")
 _EXTRA_KEYS = ("hysteresis", "_hysteresis_tracker", "min_scale")
-
-
-def _check_state_keys(state: Any, required: tuple[str, ...], allowed: tuple[str, ...],
-                      owner: str) -> None:
-    check_mapping(state, "state", f"a {owner} state dict")
-    if len(state) == 0:
-        raise ValueError("state is empty, possibly saved from a disabled GradScaler; "
-                         f"a {owner} state needs the keys {list(required)}")
-    missing = [k for k in required if k not in state]
-    unexpected = sorted(str(k) for k in state if k not in allowed)
-    if missing or unexpected:
-        raise ValueError(f"state keys must be {list(allowed)} ({list(required)} required); "
-                         f"missing {missing}, unexpected {unexpected}")
 
 
 class _LossScaler:
@@ -154,9 +144,9 @@ class DynamicLossScaler(_LossScaler):
         min_scale: float | None = None,
     ) -> None:
         scale = as_f32_scale(init_scale, "init_scale")
-        gf, bf, gi = _check_growth(growth_factor, backoff_factor, growth_interval, "")
+        gf, bf, gi = check_growth(growth_factor, backoff_factor, growth_interval, "")
         hy = check_int(hysteresis, "hysteresis", minimum=1)
-        ms = _check_min_scale(min_scale, scale, "min_scale", "init_scale")
+        ms = check_min_scale(min_scale, scale, "min_scale", "init_scale")
         self._scale = scale
         self.growth_factor, self.backoff_factor, self.growth_interval = gf, bf, gi
         self.hysteresis, self.min_scale = hy, ms
@@ -187,7 +177,7 @@ class DynamicLossScaler(_LossScaler):
                     f"sets the scale and ignores overflows); got found_inf={found_inf!r}"
                 )
             scale = as_f32_scale(new_scale, "new_scale", allow_zero=True, allow_one_element=True)
-            _check_min_scale(self.min_scale, scale, "min_scale", "new_scale")
+            check_min_scale(self.min_scale, scale, "min_scale", "new_scale")
             self._scale, self._pending = scale, None
             return
         overflow = self._take_found_inf(found_inf)
@@ -245,9 +235,9 @@ class DynamicLossScaler(_LossScaler):
         ------
         TypeError / ValueError naming the offending key.
         """
-        _check_state_keys(state, _TORCH_KEYS, _TORCH_KEYS + _EXTRA_KEYS, "DynamicLossScaler")
+        check_state_keys(state, _TORCH_KEYS, _TORCH_KEYS + _EXTRA_KEYS, "DynamicLossScaler")
         scale = as_f32_scale(state["scale"], "state['scale']", allow_zero=True)
-        gf, bf, gi = _check_growth(state["growth_factor"], state["backoff_factor"],
+        gf, bf, gi = check_growth(state["growth_factor"], state["backoff_factor"],
                                    state["growth_interval"], "state")
         tracker = check_int(scalar_item(state["_growth_tracker"], "state['_growth_tracker']"),
                             "state['_growth_tracker']", minimum=0)
@@ -267,7 +257,7 @@ class DynamicLossScaler(_LossScaler):
             )
         ms_name = "state['min_scale']" if "min_scale" in state else "min_scale (kept)"
         ms_in = state.get("min_scale", None if ours else self.min_scale)
-        ms = _check_min_scale(ms_in, scale, ms_name, "state['scale']")
+        ms = check_min_scale(ms_in, scale, ms_name, "state['scale']")
         self._scale, self.growth_factor, self.backoff_factor = scale, gf, bf
         self.growth_interval, self.hysteresis, self.min_scale = gi, hy, ms
         self._growth_tracker, self._hysteresis_tracker = tracker, h_tracker
@@ -279,34 +269,6 @@ class DynamicLossScaler(_LossScaler):
             f"backoff_factor={self.backoff_factor!r}, growth_interval={self.growth_interval}, "
             f"hysteresis={self.hysteresis}, min_scale={self.min_scale!r})"
         )
-
-
-def _check_growth(gf: Any, bf: Any, gi: Any, prefix: str) -> tuple[float, float, int]:
-    """growth_factor > 1, backoff_factor in (0, 1), growth_interval >= 1 (0-d arrays ok)."""
-    def name(key: str) -> str:
-        return f"{prefix}[{key!r}]" if prefix else key
-
-    g = check_finite_real(scalar_item(gf, name("growth_factor")), name("growth_factor"))
-    if g <= 1.0:
-        raise ValueError(f"{name('growth_factor')} must be > 1 (it grows the scale); got {gf!r}")
-    b = check_finite_real(scalar_item(bf, name("backoff_factor")), name("backoff_factor"))
-    if not 0.0 < b < 1.0:
-        raise ValueError(
-            f"{name('backoff_factor')} must be in (0, 1) (it shrinks the scale); got {bf!r}"
-        )
-    interval = check_int(scalar_item(gi, name("growth_interval")), name("growth_interval"),
-                         minimum=1)
-    return g, b, interval
-
-
-def _check_min_scale(ms: Any, scale: float, name: str, scale_name: str) -> float | None:
-    """None (no floor) or a float32 floor in (0, scale]."""
-    if ms is None:
-        return None
-    m = as_f32_scale(ms, name)
-    if m > scale:
-        raise ValueError(f"{name} must be <= {scale_name} ({scale}); got {ms!r}")
-    return m
 
 
 class StaticLossScaler(_LossScaler):
@@ -337,7 +299,7 @@ class StaticLossScaler(_LossScaler):
         A dynamic scaler's state (GradScaler keys) is refused: load it into
         :class:`DynamicLossScaler`. Nothing changes on error.
         """
-        _check_state_keys(state, ("scale",), ("scale",), "StaticLossScaler")
+        check_state_keys(state, ("scale",), ("scale",), "StaticLossScaler")
         self._scale = as_f32_scale(state["scale"], "state['scale']")
         self._pending = None
 
