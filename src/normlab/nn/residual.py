@@ -37,9 +37,9 @@ from typing import Any
 
 import numpy as np
 
-from normlab._validate import as_float_array, check_finite_real
+from normlab._validate import as_float_array, check_finite_real, compute_dtype
 from normlab.nn._grad import input_grad
-from normlab.nn.module import Module, Parameter, param_dtype
+from normlab.nn.module import Module, Parameter
 from normlab.nn.normalization import LayerNorm, RMSNorm
 from normlab.norms import (
     add_layer_norm_backward,
@@ -170,7 +170,7 @@ class Residual(Module):
         norm, p = self.norm, self.placement
         if p == "rezero":
             f = self.sublayer.forward(x)
-            a = self.alpha.data.astype(param_dtype(x))  # ()
+            a = self.alpha.data.astype(compute_dtype(x.dtype))  # ()
             self._save(("rezero", f))
             return (x + a * f).astype(x.dtype, copy=False)
         if norm is None:
@@ -202,13 +202,13 @@ class Residual(Module):
                     f"x must have {w.shape[0]} features on its last axis (the size of omega); "
                     f"got shape {x.shape}"
                 )
-            return (x * w.astype(param_dtype(x))).astype(x.dtype, copy=False)
+            return (x * w.astype(compute_dtype(x.dtype))).astype(x.dtype, copy=False)
         return x
 
     def _fused_post_forward(
         self, norm: LayerNorm | RMSNorm, f: np.ndarray, skip: np.ndarray, x: np.ndarray
     ) -> np.ndarray:
-        dt = param_dtype(x)
+        dt = compute_dtype(x.dtype)
         k = len(norm.normalized_shape)
         w = None if norm.weight is None else norm.weight.data.astype(dt, copy=False)
         if isinstance(norm, LayerNorm):
@@ -262,7 +262,7 @@ class Residual(Module):
         if self.placement == "deepnorm":
             return ds * self.deepnorm_alpha
         if self.placement == "admin":
-            cd = param_dtype(x)
+            cd = compute_dtype(x.dtype)
             w = self.omega.data  # () or C
             prod = ds.astype(cd, copy=False) * x.astype(cd, copy=False)  # x's shape
             self.omega.accumulate(prod.sum(axis=tuple(range(prod.ndim - w.ndim))))
@@ -270,7 +270,7 @@ class Residual(Module):
         return ds
 
     def _rezero_backward(self, dout: np.ndarray, f: np.ndarray) -> np.ndarray:
-        cd = param_dtype(f)
+        cd = compute_dtype(f.dtype)
         a = self.alpha.data.astype(cd)  # ()
         d = np.asarray(dout)
         self.alpha.accumulate(np.sum(d.astype(cd, copy=False) * f.astype(cd, copy=False)))
