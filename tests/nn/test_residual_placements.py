@@ -203,3 +203,12 @@ def test_admin_omega_width_mismatch_is_rejected_before_anything_runs() -> None:
     blk = nn.Residual(nn.Linear(C, C, rng=_rng()), nn.LayerNorm(C), "admin", omega=np.ones(3))
     with pytest.raises(ValueError, match="omega"):
         blk(np.ones((2, C), dtype=np.float32))
+
+
+@pytest.mark.parametrize("beta", [0.0, -1.0, float("nan")])
+def test_deepnorm_init_rejects_a_beta_that_is_not_positive_and_changes_nothing(beta) -> None:
+    lin = nn.Linear(C, C, rng=_rng())
+    before = lin.weight.data.copy()
+    with pytest.raises(ValueError, match="beta"):
+        nn.deepnorm_init(lin, beta)
+    np.testing.assert_array_equal(lin.weight.data, before)

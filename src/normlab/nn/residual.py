@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from normlab._validate import as_float_array, check_finite_real, compute_dtype
+from normlab._validate import as_float_array, check_finite_real, check_positive, compute_dtype
 from normlab.nn._grad import input_grad
 from normlab.nn.module import Module, Parameter
 from normlab.nn.normalization import LayerNorm, RMSNorm
@@ -81,9 +81,10 @@ def _check_options(
                 "placement 'deepnorm' needs alpha (the skip scale, e.g. (2N)^(1/4) for N "
                 "decoder layers: see deepnorm_constants); got alpha=None"
             )
-        a = 0.0 if alpha is None else check_finite_real(alpha, "alpha")
-        if placement == "deepnorm" and a <= 0:
-            raise ValueError(f"alpha must be > 0 for placement 'deepnorm'; got {alpha!r}")
+        if placement == "deepnorm":
+            a = check_positive(alpha, "alpha")
+        else:
+            a = 0.0 if alpha is None else check_finite_real(alpha, "alpha")
     elif alpha is not None:
         raise ValueError(f"alpha is only used by 'deepnorm' and 'rezero'; got {placement!r}")
     w = None

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from normlab._validate import as_float_array, check_finite_real, check_int
+from normlab._validate import as_float_array, check_int, check_positive
 from normlab.nn.linear import Linear
 from normlab.nn.module import Module
 from normlab.nn.residual import Residual
@@ -98,9 +98,7 @@ def deepnorm_init(
     """
     if not isinstance(module, Module):
         raise TypeError(f"module must be a normlab.nn.Module; got {module!r}")
-    b = check_finite_real(beta, "beta")
-    if b <= 0:
-        raise ValueError(f"beta must be > 0; got {beta!r}")
+    b = check_positive(beta, "beta")
     scaled = []
     for name, mod in module.named_modules():
         if isinstance(mod, Linear) and name.rsplit(".", 1)[-1] not in exclude:
