@@ -134,7 +134,8 @@ def layer_norm_forward(
     Raises
     ------
     TypeError : non-float x, gamma or beta; non-number eps or normalized_ndim.
-    ValueError : eps <= 0 or not finite; gamma/beta not of shape F; k outside [1, x.ndim].
+    ValueError : eps <= 0, not finite or below the compute dtype's smallest normal; gamma/beta
+        not of shape F; k outside [1, x.ndim].
 
     Example
     -------
@@ -145,7 +146,13 @@ def layer_norm_forward(
     Notes
     -----
     Statistics are accumulated in float32 or float64 with a two-pass algorithm (see
-    :mod:`normlab._stats`), so rows with a large offset keep their precision.
+    :mod:`normlab._stats`), so rows with a large offset keep their precision; the kernels
+    add float32 block sums in float64, so accuracy does not degrade with the row width.
+    NaN stays in its row: a row holding NaN or inf gives NaN in that row of ``out`` only,
+    without warnings. ``eps`` must be at least the smallest normal number of the compute
+    dtype (1.2e-38 for float32, 2.2e-308 for float64), else ``1/sqrt(var + eps)`` could not
+    be finite for a constant row. Big-endian input (``'>f8'``) is computed as float64 and
+    returned in native byte order.
     """
     args = _validate_layer_norm(x, gamma, beta, eps, normalized_ndim)
     result: tuple[np.ndarray, LayerNormCache] = dispatch(
@@ -177,6 +184,12 @@ def layer_norm_backward(
     ------
     TypeError : a cache of the wrong type or a non-float dout.
     ValueError : dout not of x's shape.
+
+    Notes
+    -----
+    NaN stays in its row for ``dx``, but not for the parameter gradients: dgamma sums
+    ``dout * x_hat`` over the rows, so one NaN row of x makes every entry of dgamma NaN (as
+    in PyTorch); dbeta sums only ``dout`` and stays finite.
 
     Example
     -------
