@@ -14,9 +14,9 @@ import pytest
 
 pytest.importorskip("numba")
 
-import normlab as nl  # noqa: E402
-from normlab import _backend  # noqa: E402
-from normlab._backend import KernelFallbackWarning, use_backend  # noqa: E402
+import normlab as nl
+from normlab import _backend
+from normlab._backend import KernelFallbackWarning, use_backend
 
 
 @pytest.fixture()
