@@ -57,6 +57,7 @@ _WARNED: set[tuple[str, str]] = set()
 _LOCK = threading.RLock()
 _OVERRIDE: list[str] = []
 _BACKENDS = ("numba", "numpy")
+_BUSY: dict[int, int] = {}  # thread id -> kernel loads/calls in progress on that thread
 _CORRUPT = (pickle.UnpicklingError, EOFError, ValueError, AttributeError, ImportError)
 
 
@@ -152,12 +153,42 @@ def _heal_cache() -> None:
                     pass
 
 
+def _after_fork_in_child() -> None:
+    """A child forked while another thread was loading or calling a kernel uses references.
+
+    That thread does not exist in the child, yet the locks it held (this module's, the
+    import machinery's, numba's compiler lock) stay held there for ever: any kernel load or
+    compile in the child would wait on them. Such a child never touches the kernels.
+    """
+    global _LOCK
+    _LOCK = threading.RLock()
+    me = threading.get_ident()
+    if any(n > 0 for tid, n in _BUSY.items() if tid != me):
+        _STATE["loaded"], _STATE["available"] = True, False
+    _BUSY.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+@contextmanager
+def _busy() -> Iterator[None]:
+    me = threading.get_ident()
+    _BUSY[me] = _BUSY.get(me, 0) + 1  # only this thread writes its own entry
+    try:
+        yield
+    finally:
+        _BUSY[me] -= 1
+
+
 def _import_kernels() -> None:
     import normlab.kernels  # noqa: F401  (registers its kernels on import)
 
 
 def _load() -> bool:
-    with _LOCK:
+    if _STATE["loaded"]:
+        return bool(_STATE["available"])
+    with _busy(), _LOCK:
         if _STATE["loaded"]:
             return bool(_STATE["available"])
         try:
@@ -201,7 +232,8 @@ def _call_kernel(name: str, fn: Callable[..., Any], args: tuple[Any, ...]) -> An
     states = _generator_states(args)
     for attempt in range(2):
         try:
-            return fn(*args)
+            with _busy():
+                return fn(*args)
         except Exception as exc:
             for gen, state in states:
                 gen.bit_generator.state = state
