@@ -133,3 +133,11 @@ def test_bad_input() -> None:
         mx_quantize(np.ones(32, np.float32), "nope")
     with pytest.raises(TypeError):
         mx_dequantize(np.ones(3))  # type: ignore[arg-type]
+
+
+def test_big_endian_float64_is_not_downgraded():
+    # amax 300 gives the scale 2^(8 - 8) = 1; 1.0625 + 2^-40 then rounds up to 1.125 from
+    # float64, whereas through float32 it would be the tie 1.0625 and go to the even 1.0
+    x = np.array([1.0625 + 2.0**-40, 300.0], dtype=">f8")
+    t = mx_quantize(x, "e4m3", block_size=2)
+    assert t.scale_codes.tolist() == [127] and t.elements.tolist() == [1.125, 288.0]
