@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from normlab._validate import as_float_array, check_finite_real, check_int
+from normlab.precision import _blocks
 from normlab.precision import _delayed_update as _du
 from normlab.precision.formats import FLOAT8_E4M3FN, FLOAT8_E5M2, Format, get_format
 from normlab.precision.rounding import quantize
@@ -106,8 +107,7 @@ def fp8_quantize(x: Any, fmt: Format | str, scale: float) -> Fp8Tensor:
     s = float(np.float32(scale))
     if not (math.isfinite(s) and s > 0):
         raise ValueError(f"scale must be a finite float32 > 0; got {scale!r}")
-    wide64 = arr.dtype.kind == "f" and arr.dtype.itemsize >= 8  # '>f8' included
-    work = np.dtype(np.float64 if wide64 else np.float32)
+    work = _blocks.work_dtype(arr)  # '>f8' included
     wide: np.ndarray = arr.astype(work)
     with np.errstate(over="ignore", invalid="ignore"):
         scaled = wide * work.type(s)
