@@ -116,6 +116,6 @@ def blockwise_quantize(
         scales = block_scales(amax, f.max, eps, bool(power_of_2_scales))
         inv = (_F32(1.0) / scales).astype(np.float32)
         work = _blocks.work_dtype(arr)
-        scaled = arr.astype(work) * _blocks.expand(scales, block, arr.shape).astype(work)
+        scaled = _blocks.multiply_blocks(arr.astype(work, copy=False), scales.astype(work), block)
         data = quantize(scaled, f, saturate=True).astype(np.float32)
     return BlockwiseTensor(data, scales, inv, f, block)
