@@ -288,6 +288,8 @@ class BitLayout:
         lines.append(f"  {self.kind}: {how} = {self.rounded!r}")
         if self.rounded != self.value and self.kind != "nan":
             lines.append(f"  ({self.value!r} is not representable; it rounds to {self.rounded!r})")
+        elif self.kind == "nan" and self.value == self.value:  # a number that became NaN
+            lines.append("  (not representable: rounds to NaN)")
         return "\n".join(lines)
 
 
