@@ -57,7 +57,6 @@ _WARNED: set[tuple[str, str]] = set()
 _LOCK = threading.RLock()
 _OVERRIDE: list[str] = []
 _BACKENDS = ("numba", "numpy")
-_BUSY: dict[int, int] = {}  # thread id -> kernel loads/calls in progress on that thread
 _CORRUPT = (pickle.UnpicklingError, EOFError, ValueError, AttributeError, ImportError)
 
 
@@ -153,32 +152,34 @@ def _heal_cache() -> None:
                     pass
 
 
-def _after_fork_in_child() -> None:
-    """A child forked while another thread was loading or calling a kernel uses references.
+def _held_elsewhere(lock: Any) -> bool:
+    """True when another thread holds ``lock`` (an RLock its owner may re-enter)."""
+    if lock.acquire(blocking=False):
+        lock.release()
+        return False
+    return True
 
-    That thread does not exist in the child, yet the locks it held (this module's, the
-    import machinery's, numba's compiler lock) stay held there for ever: any kernel load or
-    compile in the child would wait on them. Such a child never touches the kernels.
+
+def _after_fork_in_child() -> None:
+    """A child forked while another thread was loading or compiling a kernel uses references.
+
+    That thread does not exist in the child, yet the locks it held (this module's while the
+    kernels are imported, numba's compiler lock while a kernel compiles or loads from the
+    cache) stay held there for ever: any kernel load or compile in the child would wait on
+    them. Such a child never touches the kernels. A child forked while other threads only
+    run compiled kernels keeps them (serially, see :mod:`normlab.kernels._adapt`), so its
+    results are the parent's, bit for bit.
     """
     global _LOCK
-    _LOCK = threading.RLock()
-    me = threading.get_ident()
-    if any(n > 0 for tid, n in _BUSY.items() if tid != me):
+    compiler = sys.modules.get("numba.core.compiler_lock")
+    stuck = _held_elsewhere(_LOCK) or (
+        compiler is not None and _held_elsewhere(compiler.global_compiler_lock._lock))
+    if stuck:
+        _LOCK = threading.RLock()
         _STATE["loaded"], _STATE["available"] = True, False
-    _BUSY.clear()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-@contextmanager
-def _busy() -> Iterator[None]:
-    me = threading.get_ident()
-    _BUSY[me] = _BUSY.get(me, 0) + 1  # only this thread writes its own entry
-    try:
-        yield
-    finally:
-        _BUSY[me] -= 1
 
 
 def _import_kernels() -> None:
@@ -188,7 +189,7 @@ def _import_kernels() -> None:
 def _load() -> bool:
     if _STATE["loaded"]:
         return bool(_STATE["available"])
-    with _busy(), _LOCK:
+    with _LOCK:
         if _STATE["loaded"]:
             return bool(_STATE["available"])
         try:
@@ -232,8 +233,7 @@ def _call_kernel(name: str, fn: Callable[..., Any], args: tuple[Any, ...]) -> An
     states = _generator_states(args)
     for attempt in range(2):
         try:
-            with _busy():
-                return fn(*args)
+            return fn(*args)
         except Exception as exc:
             for gen, state in states:
                 gen.bit_generator.state = state

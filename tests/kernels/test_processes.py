@@ -214,7 +214,9 @@ def test_a_truncated_cache_file_heals_itself():
 
 def test_a_child_forked_while_another_thread_is_in_a_kernel_does_not_hang():
     # A thread loading the kernels (the first call) or compiling one (a new dtype holds
-    # numba's compiler lock) when another thread forks: the child must still compute.
+    # numba's compiler lock) when another thread forks: the child must still compute (it
+    # falls back to the references). Threads that only run compiled kernels while another
+    # forks: the child keeps the kernels and computes the parent's bits.
     got = _run("""
         import json, os, threading, time
         from numba.core.compiler_lock import global_compiler_lock
@@ -256,6 +258,23 @@ def test_a_child_forked_while_another_thread_is_in_a_kernel_does_not_hang():
         t = threading.Thread(target=nl.layer_norm_forward, args=(x[:2].astype(np.float32),
                                                                  None, None))
         t.start(); inside.wait(); calling = child_status(); t.join()
-        print(json.dumps({"loading": loading, "calling": calling}))
+        _backend._REGISTRY["layer_norm_forward"] = real
+        # threads only running compiled kernels: a child keeps the kernels, bit for bit
+        want = digest(every_op())
+        stop = threading.Event()
+        def loop():
+            while not stop.is_set():
+                every_op()
+        threads = [threading.Thread(target=loop) for _ in range(2)]
+        for t in threads: t.start()
+        running = []
+        for _ in range(3):
+            pid = os.fork()
+            if pid == 0:
+                os._exit(0 if digest(every_op()) == want else 3)
+            running.append(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+        stop.set()
+        for t in threads: t.join()
+        print(json.dumps({"loading": loading, "calling": calling, "running": running}))
     """, timeout=120)
-    assert got == {"loading": 0, "calling": 0}
+    assert got == {"loading": 0, "calling": 0, "running": [0, 0, 0]}
