@@ -55,7 +55,7 @@ _STATE: dict[str, Any] = {"loaded": False, "available": False, "cache_moved": Fa
 _DISABLED: set[str] = set()  # ops whose kernel failed for good in this process
 _WARNED: set[tuple[str, str]] = set()
 _LOCK = threading.RLock()
-_OVERRIDE: list[str] = []
+_OVERRIDE = threading.local()  # .stack: this thread's use_backend choices, innermost last
 _BACKENDS = ("numba", "numpy")
 _CORRUPT = (pickle.UnpicklingError, EOFError, ValueError, AttributeError, ImportError)
 
@@ -76,8 +76,9 @@ def register(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
 
 def backend() -> str:
     """The backend in force: ``"numba"`` or ``"numpy"``."""
-    if _OVERRIDE:
-        return _OVERRIDE[-1]
+    stack = getattr(_OVERRIDE, "stack", None)
+    if stack:
+        return str(stack[-1])
     value = os.environ.get("NORMLAB_BACKEND", "numba").strip().lower() or "numba"
     if value not in _BACKENDS:
         raise ValueError(f"NORMLAB_BACKEND must be one of {_BACKENDS}; got {value!r}")
@@ -86,14 +87,17 @@ def backend() -> str:
 
 @contextmanager
 def use_backend(name: str) -> Iterator[None]:
-    """Temporarily select a backend (tests and benchmarks compare the two this way)."""
+    """Temporarily select a backend in this thread (tests and benchmarks compare the two
+    this way); other threads keep theirs."""
     if name not in _BACKENDS:
         raise ValueError(f"backend must be one of {_BACKENDS}; got {name!r}")
-    _OVERRIDE.append(name)
+    if not hasattr(_OVERRIDE, "stack"):
+        _OVERRIDE.stack = []
+    _OVERRIDE.stack.append(name)
     try:
         yield
     finally:
-        _OVERRIDE.pop()
+        _OVERRIDE.stack.pop()
 
 
 def _warn_once(cause: BaseException, action: str) -> None:

@@ -98,3 +98,28 @@ def test_nan_and_inf_rows_stay_in_their_row_without_warnings(backend):
     assert np.isnan(gn[0, 0]).all() and np.isfinite(gn[0, 1:]).all()
     assert np.isnan(gn[1, 2]).all() and np.isfinite(gn[1, :2]).all()
     assert np.isnan(ln[0, 0]).all() and np.isfinite(ln[0, 1:]).all()
+
+
+def test_use_backend_applies_to_its_own_thread_only(monkeypatch):
+    # a thread comparing against the references must not switch other threads' kernels
+    import threading
+
+    monkeypatch.delenv("NORMLAB_BACKEND", raising=False)
+    inside, done = threading.Event(), threading.Event()
+    seen: list[str] = []
+
+    def compare():
+        with use_backend("numpy"):
+            seen.append(_backend.backend())
+            inside.set()
+            done.wait(10)
+
+    t = threading.Thread(target=compare)
+    t.start()
+    assert inside.wait(10)
+    try:
+        here = _backend.backend()
+    finally:
+        done.set()
+        t.join(10)
+    assert (seen, here, _backend.backend()) == (["numpy"], "numba", "numba")
