@@ -142,18 +142,27 @@ def _forget_kernels() -> None:
 
 
 def _heal_cache() -> None:
-    """Delete the kernels' numba cache files (index and data) wherever they can be found."""
-    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels", "__pycache__")
-    folders = [here]
-    if os.environ.get("NUMBA_CACHE_DIR"):
-        folders.append(os.environ["NUMBA_CACHE_DIR"])
-    for folder in folders:
-        for pattern in ("**/*.nbi", "**/*.nbc"):
-            for path in glob.glob(os.path.join(folder, pattern), recursive=True):
-                try:
-                    os.remove(path)
-                except OSError:
-                    pass
+    """Delete the kernels' numba cache files (index and data) wherever they can be found.
+
+    Only normlab's own files: beside the package, every ``.nbi`` / ``.nbc``; under
+    ``NUMBA_CACHE_DIR`` (which other projects' numba caches may share) only the files of
+    normlab's kernel modules, in numba's per-source-folder ``kernels_<hash>`` folders.
+    """
+    kernels = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
+    stems = [os.path.splitext(os.path.basename(f))[0]
+             for f in glob.glob(os.path.join(kernels, "*.py"))]
+    paths = [p for pattern in ("*.nbi", "*.nbc")
+             for p in glob.glob(os.path.join(kernels, "__pycache__", pattern))]
+    user = os.environ.get("NUMBA_CACHE_DIR")
+    if user:
+        for stem in stems:
+            for ext in ("nbi", "nbc"):
+                paths += glob.glob(os.path.join(user, "kernels_*", f"{stem}.*.{ext}"))
+    for path in paths:
+        try:
+            os.remove(path)
+        except OSError:
+            pass
 
 
 def _held_elsewhere(lock: Any) -> bool:

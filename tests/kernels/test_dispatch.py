@@ -123,3 +123,19 @@ def test_use_backend_applies_to_its_own_thread_only(monkeypatch):
         done.set()
         t.join(10)
     assert (seen, here, _backend.backend()) == (["numpy"], "numba", "numba")
+
+
+def test_healing_deletes_only_normlab_files_from_a_shared_numba_cache(tmp_path, monkeypatch):
+    # NUMBA_CACHE_DIR may hold other projects' kernels: a corrupted normlab cache must not
+    # cost them theirs
+    ours = tmp_path / "kernels_0123abcd" / "row_norms_jit.layer_norm_fwd-40.py311.nbi"
+    theirs = [tmp_path / "models_4567ef" / "train.step-12.py311.nbi",
+              tmp_path / "models_4567ef" / "train.step-12.py311.1.nbc",
+              tmp_path / "kernels_89ab" / "my_op.f-3.py311.nbi"]
+    for path in [ours, *theirs]:
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(b"x")
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    _backend._heal_cache()
+    assert not ours.exists()
+    assert all(p.exists() for p in theirs)
