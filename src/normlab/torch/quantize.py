@@ -26,7 +26,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from normlab.precision.formats import Format
+from normlab.precision.formats import (
+    BFLOAT16,
+    FLOAT8_E4M3FN,
+    FLOAT8_E5M2,
+    FLOAT16,
+    Format,
+)
 from normlab.precision.random_bits import GOLDEN_GAMMA
 from normlab.precision.rounding import RoundingMode
 from normlab.torch._import import torch
@@ -41,6 +47,14 @@ _INPUT = {
 }
 _WIDENED = (torch.bfloat16, torch.float16)
 _FINITE, _INF, _NAN = 0, 1, 2
+# Formats that are torch dtypes, whose float32 casts round to nearest even exactly as the
+# reference does for finite inputs; NaN bits and E4M3FN's saturating inf are fixed up.
+_NATIVE = {
+    BFLOAT16: torch.bfloat16,
+    FLOAT16: torch.float16,
+    FLOAT8_E4M3FN: torch.float8_e4m3fn,
+    FLOAT8_E5M2: torch.float8_e5m2,
+}
 _I64_MIN = -(2**63)
 _MIX1 = 0xBF58476D1CE4E5B9
 _MIX2 = 0x94D049BB133111EB
@@ -225,6 +239,31 @@ def _assemble(
     return (mag.view(itype) | sign_bit).view(dtype)
 
 
+def _nearest_by_cast(x: torch.Tensor, fmt: Format, saturate: bool) -> torch.Tensor:
+    """Round-to-nearest-even of float32 ``x`` through torch's cast to the format's dtype.
+
+    The casts agree with the reference on every input that is neither NaN nor beyond the
+    overflow threshold (checked bit for bit over the same patterns as the bit path). What
+    differs is fixed here: NaN results become the reference's quiet NaN with the input's
+    sign (casts drop the sign or the quiet payload), and torch's E4M3FN cast saturates
+    where the reference gives NaN above 464 (the midpoint between 448 and the NaN code).
+    One read-only pass (``aminmax``) decides whether a fix-up is needed at all.
+    """
+    src = x.clamp(-fmt.max, fmt.max) if saturate else x
+    y = src.to(_NATIVE[fmt]).to(torch.float32)
+    # |x| above `limit` (or NaN) needs the fix-up; inf formats overflow to inf by the cast
+    limit = float("inf")
+    if not saturate and not fmt.has_infinity:
+        limit = fmt.max + 2.0 ** (fmt.emax - fmt.mantissa_bits - 1)
+    if x.numel() == 0:
+        return y
+    lo, hi = torch.aminmax(x)  # NaN propagates into both
+    if bool((hi <= limit) & (lo >= -limit)):
+        return y
+    bad = ~(x.abs() <= limit)  # NaN, and beyond the threshold
+    return torch.where(bad, torch.copysign(torch.tensor(float("nan")), x), y)
+
+
 def _check_mode(rounding: Any) -> RoundingMode:
     try:
         return RoundingMode(rounding)
@@ -344,6 +383,9 @@ def quantize(
         return quantize(x.float(), fmt, rounding=mode, saturate=saturate,
                         random_bits=None if words is None else words.reshape(t.shape),
                         ).to(t.dtype)
+    if mode is RoundingMode.NEAREST and x.dtype == torch.float32 and fmt in _NATIVE:
+        if not torch.compiler.is_compiling():  # compiled: the fused bit path needs no checks
+            return _nearest_by_cast(x, fmt, saturate)
     x = x.contiguous()
     sign, n, qe, kind, _, s = _components(x, fmt, mode, words)
     parts = _specials(fmt, mode, saturate, sign, n, qe, kind, (s > 0) | (kind != _FINITE))
