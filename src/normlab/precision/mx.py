@@ -28,6 +28,14 @@ TE's kernel multiplies by 1 instead of 2^127 when the code is 0 (a special case 
 reciprocal helper); here V / X is always exact, which only matters for amax below about
 1e-36.
 
+MXINT8 (``elem_format="int8"``, OCP MX v1.0 sec. 5.4.1): the element is an 8-bit integer
+k with an implicit scale 2^-6, so P_i = k / 64 with |k| <= 127, i.e. the fixed-point grid
+0, 1/64, ..., 127/64 and its negatives. It is held as the Format :data:`MXINT8` (E1M6, bias
+1, no NaN: subnormals k/64 for k < 64, the one normal binade 1 + j/64), so emax_elem = 0
+and the element rounding is :func:`quantize`'s (nearest, ties to even, saturating to
++-127/64). The code -128 (-2.0) is never produced, as in microxcaling's MX reference
+(symmetric clipping); ``element_codes()`` returns the two's-complement int8 k.
+
 Length along the axis not divisible by block_size: ValueError, or with ``pad=True`` the
 last block is padded with zeros (which changes no amax) and the elements are returned
 unpadded.
@@ -45,10 +53,15 @@ import numpy as np
 
 from normlab._validate import as_float_array, check_int
 from normlab.precision.codes import encode
-from normlab.precision.formats import Format, get_format
+from normlab.precision.formats import Format, NanConvention, get_format
 from normlab.precision.rounding import quantize
 
-__all__ = ["MXTensor", "e8m0_scales", "mx_dequantize", "mx_quantize"]
+__all__ = ["MXINT8", "MXTensor", "e8m0_scales", "mx_dequantize", "mx_quantize"]
+
+# MXINT8 elements: k / 64, |k| <= 127 (see the module header)
+MXINT8 = Format("mxint8", 1, 6, bias=1, nan=NanConvention.NONE)
+# max 0x1.fcp+0 (1.984375), min_normal 0x1p+0, min_subnormal 0x1p-6 (0.015625)
+_ELEM_ALIASES = {"int8": MXINT8, "mxint8": MXINT8}
 
 _RULES = ("ocp", "round_up")
 _RULE_ALIASES = {"ocp": "ocp", "floor": "ocp", "round_up": "round_up", "te": "round_up",
@@ -94,6 +107,8 @@ class MXTensor:
         whole block NaN, and fp6/fp4 have no NaN code.
         """
         vals = np.where(np.isnan(self.elements), np.float32(0.0), self.elements)
+        if self.elem_format == MXINT8:  # two's complement int8 k (the value is k / 64)
+            return np.rint(vals * 64).astype(np.int8)
         return encode(vals.astype(np.float32), self.elem_format)
 
 
@@ -140,7 +155,8 @@ def mx_quantize(
     Parameters
     ----------
     x: float array with at least one dimension. elem_format: element Format or name
-    (``"e4m3"``, ``"e5m2"``, ``"fp6_e3m2"``, ``"fp6_e2m3"``, ``"fp4"``, ...).
+    (``"e4m3"``, ``"e5m2"``, ``"fp6_e3m2"``, ``"fp6_e2m3"``, ``"fp4"``, ..., or ``"int8"``
+    for MXINT8).
     block_size: integer >= 1. axis: the blocked axis. scale_rule: ``"ocp"`` (alias
     ``"floor"``) or ``"round_up"`` (aliases ``"te"``, ``"ceil"``). pad: allow a length that
     is not a multiple of block_size.
@@ -158,9 +174,13 @@ def mx_quantize(
     >>> t = mx_quantize(np.array([1.0, 3.0, 0.3, -6.5]), "fp4", block_size=4)
     >>> t.scale_codes.tolist(), t.elements.tolist()   # amax 6.5: e = 2 - 2 = 0
     ([127], [1.0, 3.0, 0.5, -6.0])
+    >>> t = mx_quantize(np.array([3.0, -0.1, 1.5, 0.02]), "int8", block_size=4)
+    >>> t.scale_codes.tolist(), t.element_codes().tolist()   # X = 2^1; k = round(64 V / 2)
+    ([128], [96, -3, 48, 1])
     """
     arr = as_float_array(x, "x", min_ndim=1)
-    fmt = get_format(elem_format)
+    key = elem_format.lower() if isinstance(elem_format, str) else None
+    fmt = _ELEM_ALIASES[key] if key in _ELEM_ALIASES else get_format(elem_format)
     k = check_int(block_size, "block_size", minimum=1)
     ax = check_int(axis, "axis")
     if not -arr.ndim <= ax < arr.ndim:
