@@ -12,9 +12,16 @@ import pytest
 import torch
 
 import normlab.torch as nt
-from normlab.precision import NAMED_FORMATS, Format, NanConvention, get_format, quantize
+from normlab.precision import (
+    NAMED_FORMATS,
+    Format,
+    NanConvention,
+    RoundingMode,
+    get_format,
+    quantize,
+)
 
-MODES = ["nearest", "nearest_away", "toward_zero", "stochastic"]
+MODES = [m.value for m in RoundingMode]
 EXTRA_FORMATS = [
     get_format("e3m4"), get_format("e5m2fnu"), get_format("e2m0fn"),
     Format("wide_bias", 8, 3, bias=130),  # emin = -129 < float32's -126
