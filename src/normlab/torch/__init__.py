@@ -17,10 +17,12 @@ from __future__ import annotations
 from normlab.torch._import import torch  # noqa: F401  (raises the install hint first)
 from normlab.torch.formats import get_format
 from normlab.torch.quantize import quantize, splitmix64, stochastic_words
+from normlab.torch.ste import quantize_ste
 
 __all__ = [
     "get_format",
     "quantize",
+    "quantize_ste",
     "splitmix64",
     "stochastic_words",
 ]
