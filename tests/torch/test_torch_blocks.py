@@ -1,0 +1,72 @@
+"""NVFP4 and blockwise FP8 on tensors equal their NumPy twins bit for bit (1-D and 2-D
+blocks, padding, zero/NaN/inf blocks, stochastic elements from a seed, tensor_amax)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import normlab.torch as nt
+from normlab import precision
+
+
+def _same(t: torch.Tensor, a: np.ndarray) -> bool:
+    got = t.cpu().numpy()
+    ut = {4: np.uint32, 8: np.uint64}[got.dtype.itemsize]
+    return got.shape == a.shape and np.array_equal(got.view(ut), np.asarray(a, got.dtype).view(ut))
+
+
+def _data(rng: np.random.Generator, shape: tuple[int, ...], dtype: type) -> np.ndarray:
+    x = rng.standard_normal(shape) * np.exp2(rng.integers(-12, 12, size=shape))
+    x = x.astype(dtype)
+    x[0, :16] = 0.0  # a zero block
+    x[1, 3] = np.nan  # a NaN block
+    x[2, 40] = np.inf  # an infinite block
+    x[3, :] *= dtype(1e-30)  # tiny blocks: large scales
+    return x
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    "kw",
+    [{}, {"axis": 0}, {"block_shape": (16, 16)}, {"tensor_amax": 1e3},
+     {"rounding": "stochastic", "seed": 2**64 - 9}],
+)
+def test_nvfp4_matches_numpy(rng, dtype, kw):
+    x = _data(rng, (37, 70), dtype)
+    for arr in (x, np.where(np.isfinite(x), x, 0.5).astype(dtype)):
+        with np.errstate(over="ignore", invalid="ignore"):
+            want = precision.nvfp4_quantize(arr, **kw)
+            got = nt.nvfp4_quantize(torch.from_numpy(arr), **kw)
+            assert _same(got.elements, want.elements)
+            assert _same(got.block_scales, want.block_scales)
+            assert got.tensor_scale.item() == want.tensor_scale
+            assert _same(got.dequantize(), want.dequantize())
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize(
+    "kw",
+    [{}, {"block_shape": (16, 16), "fmt": "e5m2"}, {"block_shape": (32,)},
+     {"power_of_2_scales": True, "amax_epsilon": 1e-3}],
+)
+def test_blockwise_matches_numpy(rng, dtype, kw):
+    x = _data(rng, (37, 300), dtype)
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = precision.blockwise_quantize(x, **kw)
+        got = nt.blockwise_quantize(torch.from_numpy(x), **kw)
+        for name in ("data", "scales", "scale_inv"):
+            assert _same(getattr(got, name), getattr(want, name)), name
+        assert _same(got.dequantize(), want.dequantize())
+
+
+def test_block_errors():
+    with pytest.raises(ValueError, match="rounding"):
+        nt.nvfp4_quantize(torch.ones(16), rounding="toward_zero")
+    with pytest.raises(ValueError, match="exactly one source"):
+        nt.nvfp4_quantize(torch.ones(16), rounding="stochastic")
+    with pytest.raises(ValueError, match="block_shape"):
+        nt.blockwise_quantize(torch.ones(4, 4), block_shape=(1, 2, 3))
+    with pytest.raises(ValueError, match="amax_epsilon"):
+        nt.blockwise_quantize(torch.ones(4, 4), amax_epsilon=-1.0)
