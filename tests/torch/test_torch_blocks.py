@@ -70,3 +70,26 @@ def test_block_errors():
         nt.blockwise_quantize(torch.ones(4, 4), block_shape=(1, 2, 3))
     with pytest.raises(ValueError, match="amax_epsilon"):
         nt.blockwise_quantize(torch.ones(4, 4), amax_epsilon=-1.0)
+
+
+@pytest.mark.parametrize("seed", [0, 7, 2**64 - 1])
+def test_hadamard_signs_and_values_match_numpy(rng, seed):
+    # small integers: every partial sum is exact, so any summation order gives the same
+    # bits and the transform must match NumPy's exactly
+    x = rng.integers(-8, 8, size=(5, 64)).astype(np.float32)
+    want = precision.random_hadamard_transform(x, 16, seed=seed)
+    got = nt.random_hadamard_transform(torch.from_numpy(x), 16, seed=seed)
+    assert _same(got, want)
+    back = nt.inverse_random_hadamard_transform(got, 16, seed=seed)
+    assert torch.equal(back, torch.from_numpy(x))
+
+
+def test_hadamard_random_data_within_sum_rounding(rng):
+    x = rng.standard_normal((3, 32, 8))
+    want = precision.random_hadamard_transform(x, 8, seed=3, axis=1)
+    got = nt.random_hadamard_transform(torch.from_numpy(x), 8, seed=3, axis=1).numpy()
+    # an 8-term dot product in float64 in another order: |diff| <= 8 eps64 sum|terms|
+    bound = 8 * np.finfo(np.float64).eps * np.sqrt(8) * np.abs(x).max()
+    assert np.abs(got - want).max() <= bound
+    with pytest.raises(ValueError, match="multiple of block"):
+        nt.random_hadamard_transform(torch.ones(10), 4, seed=0)
