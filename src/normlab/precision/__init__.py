@@ -55,14 +55,10 @@ from normlab.precision.listings import (
     round_to_bfloat16,
 )
 from normlab.precision.loss_scaling import DynamicLossScaler, StaticLossScaler
+from normlab.precision.lowp_update import LowPrecisionUpdater
+from normlab.precision.master_weights import MasterWeights
 from normlab.precision.matmul import lowp_matmul
-from normlab.precision.mixed import (
-    LowPrecisionUpdater,
-    MasterWeights,
-    StepResult,
-    clip_grad_norm,
-    mixed_precision_step,
-)
+from normlab.precision.mixed import StepResult, clip_grad_norm, mixed_precision_step
 from normlab.precision.mx import MXINT8, MXTensor, e8m0_scales, mx_dequantize, mx_quantize
 from normlab.precision.nvfp4 import NVFP4Tensor, nvfp4_quantize
 from normlab.precision.random_bits import splitmix64, stochastic_words
