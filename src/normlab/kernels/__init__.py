@@ -16,6 +16,7 @@ import numba  # noqa: F401  (ImportError here means: no kernels, references only
 
 from normlab.kernels import (
     _batch_norm,  # noqa: F401  (registers the BatchNorm kernels)
+    _block_scale,  # noqa: F401  (registers block_amax)
     _dropout,  # noqa: F401  (registers inverted dropout)
     _norms,  # noqa: F401  (registers the norm kernels)
     _quantize,  # noqa: F401  (registers quantize)

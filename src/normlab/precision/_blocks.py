@@ -15,9 +15,10 @@ from typing import Any
 
 import numpy as np
 
+from normlab import _backend
 from normlab._validate import check_int
 
-__all__ = ["block_amax", "check_block_shape", "expand", "work_dtype"]
+__all__ = ["block_amax", "check_block_shape", "expand", "multiply_blocks", "work_dtype"]
 
 
 def work_dtype(arr: np.ndarray) -> np.dtype:
@@ -52,14 +53,36 @@ def _tiles(x: np.ndarray, block: tuple[int, ...]) -> np.ndarray:
 
 
 def block_amax(x: np.ndarray, block: tuple[int, ...]) -> np.ndarray:
-    """max |x| over each block (NaN if the block holds one), in float64.
+    """max |x| over each block (NaN if the block holds one), exact (one of |x|'s values).
 
-    Returns shape ``lead + (nR, nC)`` for 2-D blocks, ``lead + (nC,)`` for 1-D.
+    Returns shape ``lead + (nR, nC)`` for 2-D blocks, ``lead + (nC,)`` for 1-D; float64
+    (x's dtype when the kernel serves it: the same values).
     """
+    k = _backend.kernel("block_amax")
+    if k is not None:
+        out = k(x, block)
+        if out is not NotImplemented:
+            return out
     t = np.abs(_tiles(x.astype(np.float64), block))  # A,nR,r,nC,c
     m = t.max(axis=(2, 4))  # A,nR,nC
     lead = x.shape[: x.ndim - len(block)]
     return m.reshape(*lead, *m.shape[1:]) if len(block) == 2 else m.reshape(*lead, m.shape[2])
+
+
+def multiply_blocks(x: np.ndarray, values: np.ndarray, block: tuple[int, ...]) -> np.ndarray:
+    """``x * values`` with each block's value repeated over its block (x's dtype).
+
+    ``values`` (the block grid, see :func:`block_amax`) must already have x's dtype, so
+    every product is one IEEE multiplication in that dtype.
+    """
+    full = block if len(block) == 2 else (1, block[0])
+    tail = x.shape[x.ndim - len(block):]
+    R, C = tail if len(tail) == 2 else (1, tail[0])
+    if R % full[0] or C % full[1]:
+        return x * expand(values, block, x.shape)
+    v = values.reshape(-1, R // full[0], 1, C // full[1], 1)  # A,nR,1,nC,1
+    return (x.reshape(v.shape[0], v.shape[1], full[0], v.shape[3], full[1]) * v).reshape(
+        x.shape)
 
 
 def expand(values: np.ndarray, block: tuple[int, ...], shape: tuple[int, ...]) -> np.ndarray:

@@ -52,6 +52,7 @@ from typing import Any
 import numpy as np
 
 from normlab._validate import as_float_array, check_int
+from normlab.precision import _blocks
 from normlab.precision.codes import encode
 from normlab.precision.formats import Format, NanConvention, get_format
 from normlab.precision.rounding import quantize
@@ -198,30 +199,29 @@ def mx_quantize(
             f"x.shape[{ax}] = {n} is not a multiple of block_size = {k}; "
             "pass pad=True to zero-pad the last block"
         )
-    nb = -(-n // k)
-    moved = np.moveaxis(arr.astype(np.float64), ax, -1)  # ...,N
-    lead = moved.shape[:-1]
-    flat = moved.reshape(-1, n)  # R,N
-    if nb * k != n:
-        flat = np.concatenate([flat, np.zeros((flat.shape[0], nb * k - n))], axis=1)
-    blocks = flat.reshape(-1, nb, k)  # R,B,K
-    has_nan = np.isnan(blocks).any(axis=-1)  # R,B
-    amax = np.abs(blocks).max(axis=-1)  # R,B (NaN where has_nan)
+    moved = np.moveaxis(arr, ax, -1)  # ...,N
+    with np.errstate(invalid="ignore"):
+        amax = _blocks.block_amax(moved, (k,)).astype(np.float64)  # ...,B (NaN: a NaN)
+    has_nan = np.isnan(amax)
     if rule == "ocp":
-        e = _ocp_exponent(amax, _elem_emax(fmt))  # R,B
+        e = _ocp_exponent(amax, _elem_emax(fmt))  # ...,B
         bad = has_nan | np.isnan(e)
         code = np.where(bad, _NAN_CODE, np.nan_to_num(e) + 127).astype(np.int64)
     else:
-        code = _round_up_code(np.where(has_nan, np.nan, amax), fmt.max)
+        code = _round_up_code(amax, fmt.max)
         bad = code == _NAN_CODE
-    shift = np.where(bad, 0, code - 127)  # R,B
-    scaled = np.ldexp(blocks, -shift[..., None])  # R,B,K  exact: V / 2^e
-    elems = quantize(scaled, fmt, saturate=True)
-    elems[bad] = np.nan
-    elems32 = elems.reshape(-1, nb * k)[:, :n].astype(np.float32).reshape(*lead, n)
+    # V / 2^e is exact in the work dtype except where it falls below float32's normal
+    # range, and every element format rounds such values to +-0 either way
+    work = _blocks.work_dtype(arr)
+    factor = np.ldexp(np.ones(code.shape), -np.where(bad, 0, code - 127)).astype(work)
+    with np.errstate(over="ignore", invalid="ignore"):
+        scaled = _blocks.multiply_blocks(moved.astype(work, copy=False), factor, (k,))
+    elems = quantize(scaled, fmt, saturate=True).astype(np.float32)  # ...,N
+    if bad.any():
+        elems[_blocks.expand(bad, (k,), elems.shape)] = np.nan
     return MXTensor(
-        elements=np.moveaxis(elems32, -1, ax),
-        scale_codes=np.moveaxis(code.astype(np.uint8).reshape(*lead, nb), -1, ax),
+        elements=np.moveaxis(elems, -1, ax),
+        scale_codes=np.moveaxis(code.astype(np.uint8), -1, ax),
         elem_format=fmt,
         block_size=k,
         axis=ax,

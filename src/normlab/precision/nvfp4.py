@@ -149,17 +149,19 @@ def nvfp4_quantize(
         raise ValueError(f"tensor_amax must be >= 0; got {tensor_amax!r}")
     ax %= arr.ndim
     moved = np.moveaxis(arr, ax, -1)  # ...,N
-    if amax_t is None:
-        amax_t = float(np.max(np.abs(arr.astype(np.float64)))) if arr.size else 0.0
+    with np.errstate(invalid="ignore"):
+        amax_raw = _blocks.block_amax(moved, block)  # block grid, exact
+    if amax_t is None:  # max |x| = the max of the block maxima (NaN propagates)
+        amax_t = float(np.max(amax_raw)) if amax_raw.size else 0.0
     s_enc, s_dec = _tensor_scales(amax_t)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        amax_b = _blocks.block_amax(moved, block).astype(np.float32)
+        amax_b = amax_raw.astype(np.float32)
         s_b = ((amax_b * _F32(1.0 / 6.0)).astype(np.float32) * s_enc).astype(np.float32)
         scales = quantize(s_b, FLOAT8_E4M3FN, saturate=True)  # block grid, float32
         inv = np.minimum(_F32(1.0) / (scales * s_dec).astype(np.float32), _F32_MAX)
         work = _blocks.work_dtype(arr)
-        e_b = np.moveaxis(_blocks.expand(inv, block, moved.shape), -1, ax).astype(work)
-        scaled = arr.astype(work) * e_b  # x's layout: element i is x's flat index i
+        moved_w = moved.astype(work, copy=False)  # ...,N
+        scaled = np.moveaxis(_blocks.multiply_blocks(moved_w, inv.astype(work), block), -1, ax)
         elems = quantize(scaled, FLOAT4_E2M1FN, rounding=RoundingMode(rounding),
                          saturate=True, rng=rng, seed=seed, random_bits=random_bits)
     stored = scales if len(block) == 2 else np.moveaxis(scales, -1, ax)

@@ -62,9 +62,8 @@ from typing import Any
 import numpy as np
 
 from normlab import _backend
-from normlab._validate import check_generator
 from normlab.precision.formats import Format, get_format
-from normlab.precision.random_bits import stochastic_words
+from normlab.precision.random_bits import stochastic_source, stochastic_words
 
 __all__ = ["RoundingMode", "quantize"]
 
@@ -326,7 +325,8 @@ def quantize(
     mode = _check_mode(rounding)
     if not isinstance(saturate, (bool, np.bool_)):
         raise TypeError(f"saturate must be a bool; got {saturate!r}")
-    seed_, words = _randomness(mode, rng, seed, random_bits, arr.shape)
+    seed_, words = stochastic_source(mode is RoundingMode.STOCHASTIC, rng, seed, random_bits,
+                                     arr.shape)
     if mode in REFERENCE_ONLY_MODES:
         return quantize_reference(arr, fmt, mode, bool(saturate), seed_, words)
     k = _backend.kernel("quantize")
@@ -337,44 +337,6 @@ def quantize(
                 out[out == 0] = 0  # fnuz: no -0 (the kernel knows no fnuz convention)
             return out
     return quantize_reference(arr, fmt, mode, bool(saturate), seed_, words)
-
-
-def _randomness(
-    mode: RoundingMode, rng: Any, seed: Any, random_bits: Any, shape: tuple[int, ...]
-) -> tuple[int | None, np.ndarray | None]:
-    """Validate the randomness arguments: (seed, words) for the kernel seam."""
-    given = [n for n, v in (("rng", rng), ("seed", seed), ("random_bits", random_bits))
-             if v is not None]
-    if len(given) > 1 or (mode is RoundingMode.STOCHASTIC and not given):
-        raise ValueError(
-            "stochastic rounding needs exactly one source of randomness: rng= (a "
-            "numpy.random.Generator), seed= (an int in [0, 2**64)) or random_bits= (uint64 "
-            f"words of x's shape); got {given or 'none'}"
-        )
-    if mode is not RoundingMode.STOCHASTIC:
-        return None, None
-    if random_bits is not None:
-        return None, _check_words(random_bits, shape)
-    if rng is not None:
-        return int(check_generator(rng).integers(0, 2**63, dtype=np.int64)), None
-    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
-        raise TypeError(f"seed must be an int in [0, 2**64); got {type(seed).__name__} {seed!r}")
-    if not 0 <= int(seed) < 2**64:
-        raise ValueError(f"seed must be an int in [0, 2**64); got {seed}")
-    return int(seed), None
-
-
-def _check_words(random_bits: Any, shape: tuple[int, ...]) -> np.ndarray:
-    if not isinstance(random_bits, np.ndarray) or random_bits.dtype != np.uint64:
-        raise TypeError(
-            "random_bits must be a numpy array of dtype uint64; got "
-            f"{getattr(random_bits, 'dtype', type(random_bits).__name__)}"
-        )
-    if random_bits.shape != shape:
-        raise ValueError(
-            f"random_bits must have x's shape {shape}; got shape {random_bits.shape}"
-        )
-    return random_bits
 
 
 def quantize_reference(
