@@ -30,6 +30,14 @@ def _x(rng, shape, dtype):
     return x
 
 
+@pytest.fixture(autouse=True)
+def _parallel_even_when_small(monkeypatch):
+    """Small test arrays still take the multi-threaded path (normally serial below 2^17)."""
+    from normlab.kernels import _adapt
+
+    monkeypatch.setattr(_adapt, "PARALLEL_MIN_ELEMENTS", 0)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize(("shape", "block"), [
     ((7, 100), (16,)), ((3, 40, 50), (16, 16)), ((300,), (128,)), ((130, 129), (128, 128)),

@@ -17,17 +17,17 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
 from normlab._backend import register
-from normlab.kernels._threads import threads_for
+from normlab.kernels._adapt import jit, launch
 
 __all__: list[str] = []
 
 _SERVED = (np.dtype(np.float32), np.dtype(np.float64))
 
 
-@njit(parallel=True, cache=True)
+@jit()
 def _amax_bits(xb, r, c, mask, out):
     """out[a, bi, bj] = max of (bits & mask) over the block; xb (A,R,C) unsigned bits.
 
@@ -69,8 +69,7 @@ def block_amax(x: np.ndarray, block: tuple[int, ...]) -> Any:
     utype: Any = np.uint32 if x.dtype == np.float32 else np.uint64
     mask = utype(2 ** (8 * x.dtype.itemsize - 1) - 1)  # all bits but the sign
     bits = np.empty((x3.shape[0], -(-x3.shape[1] // r), -(-x3.shape[2] // c)), utype)
-    with threads_for(x.size):
-        _amax_bits(x3.view(utype), r, c, mask, bits)
+    launch(_amax_bits, x.size, x3.view(utype), r, c, mask, bits)
     out = bits.view(x.dtype)
     lead = x.shape[: x.ndim - len(block)]
     return out.reshape(*lead, *out.shape[1:]) if len(block) == 2 else out.reshape(

@@ -329,14 +329,12 @@ def quantize(
                                      arr.shape)
     if mode in REFERENCE_ONLY_MODES:
         return quantize_reference(arr, fmt, mode, bool(saturate), seed_, words)
-    k = _backend.kernel("quantize")
-    if k is not None:
-        out = k(arr, fmt, mode, bool(saturate), seed_, words)
-        if out is not NotImplemented:
-            if not fmt.has_negative_zero and fmt.signed:
-                out[out == 0] = 0  # fnuz: no -0 (the kernel knows no fnuz convention)
-            return out
-    return quantize_reference(arr, fmt, mode, bool(saturate), seed_, words)
+    out: np.ndarray = _backend.dispatch(
+        "quantize", quantize_reference, arr, fmt, mode, bool(saturate), seed_, words
+    )
+    if not fmt.has_negative_zero and fmt.signed:
+        out[out == 0] = 0  # fnuz: no -0 (the kernel knows no fnuz convention)
+    return out
 
 
 def quantize_reference(
