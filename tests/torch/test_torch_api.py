@@ -27,7 +27,8 @@ def test_seed_matches_numpy(dtype, seed, rng):
     want = precision.quantize(x, "e4m3", rounding="stochastic", seed=seed)
     got = nt.quantize(torch.from_numpy(x), "e4m3", rounding="stochastic", seed=seed)
     np.testing.assert_array_equal(_bits(got), want.view(_bits(got).dtype))
-    again = nt.quantize(torch.from_numpy(x), "e4m3", rounding="stochastic", seed=seed)
+    again = nt.quantize(torch.from_numpy(x), "e4m3", rounding="stochastic",
+                        seed=np.uint64(seed))  # numpy ints are seeds too, as on NumPy's side
     assert torch.equal(got, again)
 
 
@@ -95,6 +96,7 @@ def test_shapes_strides_and_grad_inputs(rng):
          "exactly one source"),
         ({"rounding": "stochastic", "seed": -1}, ValueError, "[0, 2**64)"),
         ({"rounding": "stochastic", "seed": True}, TypeError, "seed must be an int"),
+        ({"rounding": "stochastic", "seed": 2.0}, TypeError, "seed must be an int"),
         ({"rounding": "stochastic", "random_bits": torch.zeros(4, dtype=torch.int64)},
          ValueError, "shape"),
         ({"rounding": "stochastic", "random_bits": torch.zeros(3)}, TypeError, "int64"),

@@ -18,6 +18,7 @@ import math
 
 from normlab._validate import check_int
 from normlab.precision.hadamard import hadamard_matrix
+from normlab.precision.random_bits import check_seed
 from normlab.torch import _blocks
 from normlab.torch._import import torch
 from normlab.torch.quantize import _check_tensor, splitmix64
@@ -26,10 +27,7 @@ __all__ = ["inverse_random_hadamard_transform", "random_hadamard_transform"]
 
 
 def _signs(seed: int, b: int, device: torch.device) -> torch.Tensor:
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an int in [0, 2**64); got {type(seed).__name__} {seed!r}")
-    if not 0 <= seed < 2**64:
-        raise ValueError(f"seed must be an int in [0, 2**64); got {seed}")
+    seed = check_seed(seed)
     s = seed - 2**64 if seed >= 2**63 else seed  # the int64 with the uint64's bits
     words = splitmix64(torch.arange(b, dtype=torch.int64, device=device) + s)  # b
     return 1.0 - 2.0 * (words < 0).to(torch.float64)  # top bit set <=> negative int64

@@ -33,7 +33,7 @@ from normlab.precision.formats import (
     FLOAT16,
     Format,
 )
-from normlab.precision.random_bits import GOLDEN_GAMMA
+from normlab.precision.random_bits import GOLDEN_GAMMA, check_seed
 from normlab.precision.rounding import RoundingMode
 from normlab.torch._import import torch
 from normlab.torch.formats import get_format
@@ -325,11 +325,7 @@ def _check_randomness(
                 f"{tuple(random_bits.shape)}"
             )
         return random_bits.to(t.device).contiguous().view(torch.int64).reshape(-1)
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed must be an int in [0, 2**64); got {type(seed).__name__} {seed!r}")
-    if not 0 <= seed < 2**64:
-        raise ValueError(f"seed must be an int in [0, 2**64); got {seed}")
-    return stochastic_words(seed, (t.numel(),), t.device)
+    return stochastic_words(check_seed(seed), (t.numel(),), t.device)
 
 
 def quantize(
