@@ -124,5 +124,5 @@ def blockwise_quantize(
         inv = (_F32(1.0) / scales).astype(np.float32)
         work = _blocks.work_dtype(arr)
         scaled = _blocks.multiply_blocks(arr.astype(work, copy=False), scales.astype(work), block)
-        data = quantize(scaled, f, saturate=True).astype(np.float32)
+        data = quantize(scaled, f, saturate=True).astype(np.float32, copy=False)
     return BlockwiseTensor(data, scales, inv, f, block)

@@ -37,8 +37,9 @@ and from float64 alike, and 1.5 * 2^-127 (a tie; m = 0, so it goes up) gives 2^-
 ml_dtypes (and torch's float8_e8m0fnu cast) map every float32 subnormal above 2^-127 to
 2^-126; normlab does not copy that: the same value must not round differently by dtype.
 
-Kernel seam: after validation :func:`quantize` calls ``normlab._backend.kernel("quantize")``
-and, if one is registered, ``k(x, fmt, mode, saturate, seed, random_bits)`` with x the
+Kernel seam: after validation :func:`quantize` calls ``normlab._backend.dispatch`` with the
+name ``"quantize"``, and a registered kernel gets ``k(x, fmt, mode, saturate, seed,
+random_bits)`` with x the
 validated float32/float64 ndarray, fmt a Format, mode a :class:`RoundingMode`, saturate a
 bool, seed an int in [0, 2^64) or None (words then come from
 :func:`normlab.precision.random_bits.stochastic_words`), random_bits a uint64 array of x's
@@ -327,7 +328,7 @@ def quantize(
         raise TypeError(f"saturate must be a bool; got {saturate!r}")
     seed_, words = stochastic_source(mode is RoundingMode.STOCHASTIC, rng, seed, random_bits,
                                      arr.shape)
-    if mode in REFERENCE_ONLY_MODES:
+    if mode in REFERENCE_ONLY_MODES:  # the kernel predates these modes: do not ask it
         return quantize_reference(arr, fmt, mode, bool(saturate), seed_, words)
     out: np.ndarray = _backend.dispatch(
         "quantize", quantize_reference, arr, fmt, mode, bool(saturate), seed_, words
