@@ -93,3 +93,15 @@ def test_hadamard_random_data_within_sum_rounding(rng):
     assert np.abs(got - want).max() <= bound
     with pytest.raises(ValueError, match="multiple of block"):
         nt.random_hadamard_transform(torch.ones(10), 4, seed=0)
+
+
+def test_nvfp4_block_scale_in_te_operation_order():
+    # amax_b * float32(S_enc / 6) is exactly 1.0625 here, the E4M3 tie between 1.0 and
+    # 1.125 (ties to even: 1.0); the other association lands above the tie (1.125)
+    amax_t, amax_b = 18.38990592956543, 0.043614454567432404
+    x = torch.zeros(16)
+    x[3] = amax_b
+    got = nt.nvfp4_quantize(x, tensor_amax=amax_t)
+    assert got.block_scales.tolist() == [1.0]
+    want = precision.nvfp4_quantize(x.numpy(), tensor_amax=amax_t)
+    assert _same(got.block_scales, want.block_scales) and _same(got.elements, want.elements)

@@ -5,7 +5,7 @@ Dimension letters: N the blocked axis (1-D blocks), R, C the last two axes (2-D 
 Contract: :func:`normlab.precision.nvfp4_quantize` bit for bit, on any device, in float32
 as Transformer Engine's cast: ``S_enc = min(float32(2688 / amax_t), FLT_MAX)`` (1 when
 amax_t is 0, inf or NaN, or the quotient is 0), ``S_dec = float32(1 / S_enc)``; block
-scales ``s_b = e4m3_sat(float32(amax_b * float32(1/6)) * S_enc)``; element scales
+scales ``s_b = e4m3_sat(amax_b * float32(S_enc * float32(1/6)))``; element scales
 ``e_b = min(float32(1 / float32(s_b * S_dec)), FLT_MAX)``; elements ``e2m1_sat(x * e_b)``
 rounded to nearest or stochastically (element i of x's flattened C order uses
 ``splitmix64(seed + i)``, as :func:`normlab.torch.quantize`). NVIDIA, "Pretraining Large
@@ -127,7 +127,7 @@ def nvfp4_quantize(
     moved = t.movedim(ax, -1)  # ...,N
     s_enc, s_dec = _tensor_scales(amax_t)
     amax_b = _blocks.block_amax(moved, block).to(torch.float32)
-    s_b = (amax_b * _SIXTH) * s_enc  # float32, rounded after each product as NumPy
+    s_b = amax_b * (s_enc * _SIXTH)  # TE's order: amax_b * float32(S_enc * (1/6)), float32
     scales = quantize(s_b, FLOAT8_E4M3FN, saturate=True)
     inv = torch.clamp(torch.div(torch.ones_like(scales), scales * s_dec), max=_F32_MAX)
     work = _blocks.work_dtype(t)
