@@ -25,7 +25,8 @@ def quantize(t: torch.Tensor, fmt: Any, *, rounding: str = "nearest", saturate: 
     from normlab.precision import quantize as np_quantize
     from normlab.precision.random_bits import stochastic_words
 
-    arr = t.detach().to("cpu", torch.float32).numpy()
+    wide = torch.float64 if t.dtype == torch.float64 else torch.float32
+    arr = t.detach().to("cpu", wide).numpy()
     words = None if seed is None else stochastic_words(seed, arr.shape)
     out = np_quantize(arr, fmt, rounding=rounding, saturate=saturate, random_bits=words)
     return torch.from_numpy(np.ascontiguousarray(out)).to(t.device, t.dtype)
