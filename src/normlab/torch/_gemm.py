@@ -58,9 +58,7 @@ def quantize_operand(layer: Any, t: torch.Tensor, role: str, axis: int,
     if isinstance(r, Fp8DelayedRecipe):
         return layer.delayed_quantize(t, ROLES.index(role))
     if isinstance(r, Fp8CurrentRecipe):
-        amax = layer.reduce(t.abs().amax().reshape(1).to(torch.float32))
-        fmt = r.format_for(grad_role)
-        return ops.per_tensor(t, fmt, ops.scale_from_amax(amax[0], fmt.max, r.margin))
+        return layer.current_quantize(t, ROLES.index(role))
     if isinstance(r, MXRecipe):
         return ops.mx_blocks(t, r.format_for(grad_role), axis, r.block_size)
     if isinstance(r, NVFP4Recipe):

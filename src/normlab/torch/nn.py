@@ -25,7 +25,13 @@ from normlab._validate import check_int
 from normlab.torch import _operands as ops
 from normlab.torch._gemm import ROLES, QuantLinearFunction
 from normlab.torch.distributed import reduce_amax
-from normlab.torch.recipes import Fp8DelayedRecipe, NVFP4Recipe, Recipe, check_recipe
+from normlab.torch.recipes import (
+    Fp8CurrentRecipe,
+    Fp8DelayedRecipe,
+    NVFP4Recipe,
+    Recipe,
+    check_recipe,
+)
 
 __all__ = ["QuantLinear"]
 
@@ -76,19 +82,57 @@ class QuantLinear(torch.nn.Module):
         self._init_state(device)
 
     def _init_state(self, device: Any) -> None:
+        # Recipe state is "extra state", not buffers: DistributedDataParallel broadcasts
+        # buffers from rank 0 before every forward, which would overwrite each rank's
+        # unreduced amaxes (Transformer Engine keeps its fp8 metadata out of buffers too).
         r = self.recipe
+        f32 = {"dtype": torch.float32, "device": device}
+        self.amax_history: torch.Tensor | None = None  # 3,L  rows x, W, dy (delayed)
+        self.scale: torch.Tensor | None = None  # 3  (delayed: next scales; current: last)
+        self.pending = False  # amaxes recorded since the last scale update
+        self.rounding_step = 0  # counter of the stochastic-rounding streams (NVFP4)
         if isinstance(r, Fp8DelayedRecipe):
-            hist = torch.zeros(len(ROLES), r.amax_history_len, dtype=torch.float32, device=device)
-            self.register_buffer("amax_history", hist)  # 3,L  rows x, W, dy
-            self.register_buffer("scale", torch.ones(len(ROLES), dtype=torch.float32,
-                                                     device=device))  # 3
-            self.register_buffer("pending", torch.zeros((), dtype=torch.bool, device=device))
+            self.amax_history = torch.zeros(len(ROLES), r.amax_history_len, **f32)
+        if isinstance(r, (Fp8DelayedRecipe, Fp8CurrentRecipe)):
+            self.scale = torch.ones(len(ROLES), **f32)
         if isinstance(r, NVFP4Recipe):
             signs = np.random.default_rng([r.seed, 16]).choice([-1.0, 1.0], size=16)
-            self.register_buffer("hadamard_signs", torch.tensor(signs, dtype=torch.float32,
-                                                                device=device))  # 16
-            self.register_buffer("rounding_step", torch.zeros((), dtype=torch.int64,
-                                                              device=device))
+            self.register_buffer("hadamard_signs", torch.tensor(signs, **f32),
+                                 persistent=False)  # 16, fixed by the recipe's seed
+
+    def get_extra_state(self) -> dict[str, Any]:
+        """The recipe state: amax history, scales, pending flag, stochastic-rounding step."""
+        state: dict[str, Any] = {"pending": self.pending, "rounding_step": self.rounding_step}
+        if self.amax_history is not None:
+            state["amax_history"] = self.amax_history.clone()
+        if self.scale is not None:
+            state["scale"] = self.scale.clone()
+        return state
+
+    def set_extra_state(self, state: Any) -> None:
+        """Load :meth:`get_extra_state`'s dict (validated before anything changes)."""
+        mine = self.get_extra_state()
+        if not isinstance(state, dict) or set(state) != set(mine):
+            raise ValueError(f"extra state must be a dict with keys {sorted(mine)}; got "
+                             f"{sorted(state) if isinstance(state, dict) else state!r}")
+        for key in ("amax_history", "scale"):
+            if key in mine and tuple(state[key].shape) != tuple(mine[key].shape):
+                raise ValueError(f"extra state {key!r} must have shape "
+                                 f"{tuple(mine[key].shape)}; got {tuple(state[key].shape)}")
+        self.pending, self.rounding_step = bool(state["pending"]), int(state["rounding_step"])
+        if self.amax_history is not None:
+            self.amax_history.copy_(state["amax_history"])
+        if self.scale is not None:
+            self.scale.copy_(state["scale"])
+
+    def _apply(self, fn: Any, recurse: bool = True) -> QuantLinear:
+        super()._apply(fn, recurse)
+        # follow the module to its device; the recipe state stays float32
+        if self.amax_history is not None:
+            self.amax_history = fn(self.amax_history).to(torch.float32)
+        if self.scale is not None:
+            self.scale = fn(self.scale).to(torch.float32)
+        return self
 
     def reset_parameters(self) -> None:
         """``torch.nn.Linear``'s initialisation (Kaiming-uniform weight, uniform bias)."""
@@ -115,7 +159,7 @@ class QuantLinear(torch.nn.Module):
 
     def next_rounding_step(self) -> int:
         """The counter of the next stochastic rounding (advances by one per backward)."""
-        step = int(self.rounding_step)
+        step = self.rounding_step
         self.rounding_step += 1
         return step
 
@@ -124,20 +168,33 @@ class QuantLinear(torch.nn.Module):
         r = self.recipe
         assert isinstance(r, Fp8DelayedRecipe)
         fmt = r.format_for("backward" if ROLES[index] == "dy" else "forward")
+        assert self.scale is not None and self.amax_history is not None
         out = ops.per_tensor(t, fmt, self.scale[index])
         if self.training:
             amax = t.abs().amax().to(torch.float32)
             h0 = self.amax_history[index, 0]
             nan = torch.isnan(h0) | torch.isnan(amax)
             self.amax_history[index, 0] = torch.where(nan, torch.nan, torch.maximum(h0, amax))
-            self.pending.fill_(True)
+            self.pending = True
         return out
+
+    def current_quantize(self, t: torch.Tensor, index: int) -> torch.Tensor:
+        """Quantise with the scale of amax(t), reduced over the group; keep it in ``scale``."""
+        r = self.recipe
+        assert isinstance(r, Fp8CurrentRecipe)
+        fmt = r.format_for("backward" if ROLES[index] == "dy" else "forward")
+        amax = self.reduce(t.abs().amax().reshape(1).to(torch.float32))  # 1
+        scale = ops.scale_from_amax(amax[0], fmt.max, r.margin)
+        assert self.scale is not None
+        self.scale[index] = scale
+        return ops.per_tensor(t, fmt, scale)
 
     def update_scales(self) -> None:
         """End of a step for delayed scaling: reduce slot 0, new scales, roll the history."""
         r = self.recipe
-        if not isinstance(r, Fp8DelayedRecipe) or not bool(self.pending):
+        if not isinstance(r, Fp8DelayedRecipe) or not self.pending:
             return
+        assert self.scale is not None and self.amax_history is not None
         slot0 = self.reduce(self.amax_history[:, 0].clone())  # 3
         self.amax_history[:, 0] = slot0
         h = self.amax_history
@@ -149,7 +206,7 @@ class QuantLinear(torch.nn.Module):
             self.scale[i] = ops.scale_from_amax(amax[i], fmt.max, r.margin, self.scale[i])
         self.amax_history.copy_(torch.roll(h, -1, dims=1))
         self.amax_history[:, 0] = 0.0
-        self.pending.fill_(False)
+        self.pending = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[-1] != self.in_features:
