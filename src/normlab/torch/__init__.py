@@ -1,36 +1,51 @@
-"""normlab on PyTorch tensors: training recipes, QuantLinear, convert, a low-precision AdamW.
+"""normlab's formats, rounding and scaled recipes on PyTorch tensors, on any device.
 
-Needs the ``torch`` extra: ``pip install "normlab[torch]"``.
+An optional extra: ``pip install ".[torch]"``. Importing this package without PyTorch
+raises ImportError with that line; the core package never imports torch. Every function
+here is bit-identical to its NumPy twin in :mod:`normlab.precision` for float32/float64
+tensors, on CPU and GPU alike, because it works on the integer bits with plain tensor ops.
+
+Example
+-------
+>>> import torch, normlab.torch as nt
+>>> nt.quantize(torch.tensor([1.0 + 2**-8]), torch.bfloat16)
+tensor([1.])
 """
 
 from __future__ import annotations
 
-try:
-    import torch
-except ImportError as exc:  # pragma: no cover - exercised without torch only
-    raise ImportError(
-        'normlab.torch needs PyTorch, which is not installed; run: pip install "normlab[torch]"'
-    ) from exc
+from normlab.torch._import import torch  # noqa: F401  (raises the install hint first)
+from normlab.torch.formats import get_format
+from normlab.torch.quantize import quantize, splitmix64, stochastic_words
 
-from typing import Any
+__all__ = [
+    "get_format",
+    "quantize",
+    "splitmix64",
+    "stochastic_words",
+]
 
-import numpy as np
-
-__all__ = ["QuantLinear", "convert", "quantize"]
-
-
-def quantize(t: torch.Tensor, fmt: Any, *, rounding: str = "nearest", saturate: bool = False,
-             seed: int | None = None, random_bits: Any = None) -> torch.Tensor:
-    """Interim bridge to the NumPy rounding (replaced by the tensor implementation)."""
-    from normlab.precision import quantize as np_quantize
-    from normlab.precision.random_bits import stochastic_words
-
-    wide = torch.float64 if t.dtype == torch.float64 else torch.float32
-    arr = t.detach().to("cpu", wide).numpy()
-    words = None if seed is None else stochastic_words(seed, arr.shape)
-    out = np_quantize(arr, fmt, rounding=rounding, saturate=saturate, random_bits=words)
-    return torch.from_numpy(np.ascontiguousarray(out)).to(t.device, t.dtype)
-
-
-from normlab.torch.convert import convert  # noqa: E402
+# --- training: QuantLinear, convert, recipes, AdamW (owner: torchtrain) ---
+from normlab.torch.convert import convert  # noqa: E402  (after the tensor block)
 from normlab.torch.nn import QuantLinear  # noqa: E402
+from normlab.torch.optim import AdamW  # noqa: E402
+from normlab.torch.recipes import (  # noqa: E402
+    Bf16Recipe,
+    BlockwiseFp8Recipe,
+    Fp8CurrentRecipe,
+    Fp8DelayedRecipe,
+    MXRecipe,
+    NVFP4Recipe,
+)
+
+__all__ += [
+    "AdamW",
+    "Bf16Recipe",
+    "BlockwiseFp8Recipe",
+    "Fp8CurrentRecipe",
+    "Fp8DelayedRecipe",
+    "MXRecipe",
+    "NVFP4Recipe",
+    "QuantLinear",
+    "convert",
+]

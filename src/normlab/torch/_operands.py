@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from normlab.precision.formats import FLOAT8_E4M3FN, Format, get_format
+from normlab.torch.quantize import quantize
 
 __all__ = [
     "block_scaled",
@@ -29,8 +30,6 @@ _F32_MAX = float(np.finfo(np.float32).max)
 def round_elements(t: torch.Tensor, fmt: Format, *, saturate: bool = True,
                    seed: int | None = None) -> torch.Tensor:
     """Round to ``fmt`` (nearest even, or stochastic with the counter stream of ``seed``)."""
-    from normlab.torch import quantize  # the tensor rounding of normlab.torch
-
     if seed is None:
         return quantize(t, fmt, saturate=saturate)
     return quantize(t, fmt, rounding="stochastic", saturate=saturate, seed=seed)

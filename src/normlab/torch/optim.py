@@ -28,6 +28,7 @@ import torch
 
 from normlab._validate import check_finite_real, check_generator
 from normlab.precision.formats import Format, get_format
+from normlab.torch.quantize import quantize
 
 __all__ = ["AdamW", "PARAM_ROUNDINGS"]
 
@@ -102,8 +103,6 @@ class AdamW(torch.optim.Optimizer):
         return get_format(_DTYPE_FORMATS[p.dtype])
 
     def _round(self, x64: torch.Tensor, fmt: Format, stochastic: bool) -> torch.Tensor:
-        from normlab.torch import quantize
-
         if not stochastic:
             return quantize(x64, fmt)
         assert self.rng is not None
