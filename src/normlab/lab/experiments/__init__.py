@@ -24,6 +24,7 @@ EXPERIMENTS: dict[str, str] = {
     "batch_vs_layer": "BatchNorm vs LayerNorm: batch composition, decoding, train/eval gap",
     "dropout_stats": "Inverted dropout: mean, variance, eval identity (Srivastava et al. 2014)",
     "fp8_formats": "E4M3 vs E5M2, delayed vs current scaling (Micikevicius et al. 2022)",
+    "lowp_training": "FP8/MXFP8/NVFP4 training recipes vs bf16 in PyTorch (needs torch)",
 }
 
 

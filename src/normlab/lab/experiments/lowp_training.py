@@ -23,7 +23,9 @@ recipes, so differences are paired. Criteria (fixed before the first run, never 
 * an ablation "costs loss": mean paired increase over full NVFP4 > 0 and > 2 standard
   errors of the paired differences.
 
-A claim that fails its criterion is reported as NOT REPRODUCED with the numbers.
+A claim that fails its criterion is reported as NOT REPRODUCED with the numbers. One
+sanity check is a plain FAIL when it fails: every run must end at least 0.2 nats below the
+unigram entropy (a recipe that learns nothing is a broken mechanism, not a finding).
 """
 
 from __future__ import annotations
@@ -44,14 +46,33 @@ NAME = "lowp_training"
 TITLE = "FP8, MXFP8 and NVFP4 training recipes vs bf16 (Micikevicius 2022; NVIDIA 2025)"
 TORCH_HINT = 'pip install "normlab[torch]"'
 # breaks this experiment is known to turn into a FAIL (tests/torch/test_train_lab.py)
-DETECTS = (
-    "delayed scaling never updates its scales from the amax history",
-    "NVFP4 block scales not applied (elements cast to E2M1 unscaled)",
-)
+DETECTS = ("FP8 per-tensor dequantisation skipped (scale_inv not applied to the operands)",)
 CONFIGS = ("bf16", "fp8_delayed", "fp8_current", "mxfp8", "nvfp4", "nvfp4_no_sr",
            "nvfp4_no_rht", "nvfp4_no_2d")
 _MATCH_FLOOR, _MATCH_SDS, _CLOSE_FRACTION, _ABLATION_SES = 0.02, 2.0, 0.03, 2.0
-_PEAK_LR, _FINAL_LR = 3e-3, 0.1
+_PEAK_LR, _FINAL_LR = 1e-2, 0.1
+_LEARNED_NATS = 0.2  # sanity: every run ends at least this far below the unigram entropy
+
+
+def _not_reproduced(check: Check) -> Check:
+    """Mark a paper claim whose failure means "not reproduced here", not a broken library
+    (the lab's ``Check.if_false`` where the lab has it)."""
+    if hasattr(Check, "if_false"):
+        check.if_false = "NOT REPRODUCED"  # type: ignore[attr-defined]
+    return check
+
+
+def _learns(v: dict[str, np.ndarray], entropy: float) -> Check:
+    """The mechanism check: a recipe that does not learn at all is a broken library."""
+    worst = max(v, key=lambda k: float(v[k].max()))
+    ok = all(float(a.max()) <= entropy - _LEARNED_NATS for a in v.values())
+    return Check(
+        source="sanity (every recipe trains)", claim="Every recipe trains the model beyond "
+        "letter frequencies.",
+        criterion=f"every run's validation loss <= unigram entropy - {_LEARNED_NATS} = "
+        f"{entropy - _LEARNED_NATS:.3f} nats",
+        measured=f"worst {worst} {_fmt(v[worst])}", passed=ok,
+        values={"unigram_entropy": entropy})
 
 
 def _recipe(name: str) -> Any:
@@ -71,8 +92,8 @@ def _sizes(settings: Settings, device: str) -> dict[str, int]:
         values = settings.pick((300, 2, 128, 4, 4, 128, 32), (1500, 3, 256, 4, 4, 128, 32),
                                (3000, 5, 384, 6, 6, 256, 32))
     else:
-        values = settings.pick((60, 1, 32, 1, 2, 32, 8), (200, 3, 64, 2, 4, 32, 16),
-                               (600, 5, 64, 2, 4, 64, 16))
+        values = settings.pick((60, 1, 32, 2, 2, 32, 8), (100, 3, 32, 2, 2, 32, 8),
+                               (400, 5, 64, 2, 4, 64, 16))
     return dict(zip(keys, values, strict=True))
 
 
@@ -155,44 +176,52 @@ def _matches(source: str, label: str, key: str, v: dict[str, np.ndarray]) -> Che
     tol = max(_MATCH_FLOOR, _MATCH_SDS * float(np.std(v["bf16"], ddof=1))
               if v["bf16"].size > 1 else _MATCH_FLOOR)
     ok = abs(float(diff.mean())) <= tol
-    return Check(
+    return _not_reproduced(Check(
         source=source, claim=f"{label} training matches the 16-bit baseline's loss within "
         "run-to-run variation.",
         criterion=f"|mean paired gap to bf16| <= max({_MATCH_FLOOR}, {_MATCH_SDS:g} sd of "
         f"bf16 over seeds) = {tol:.4f} nats",
         measured=("" if ok else "NOT REPRODUCED: ") + f"gap {diff.mean():+.4f} nats "
         f"({key} {_fmt(v[key])} vs bf16 {_fmt(v['bf16'])})",
-        passed=ok, values={"gap": float(diff.mean()), "tolerance": tol})
+        passed=ok, values={"gap": float(diff.mean()), "tolerance": tol}))
 
 
-def _checks(v: dict[str, np.ndarray]) -> list[Check]:
+def _checks(v: dict[str, np.ndarray], entropy: float) -> list[Check]:
+    """The claims whose configurations ran (all of them in a normal run)."""
     fp8 = "Micikevicius et al. 2022, section 4"
-    checks = [_matches(fp8, "FP8 delayed-scaling", "fp8_delayed", v),
-              _matches(fp8, "FP8 current-scaling", "fp8_current", v),
-              _matches("Rouhani et al. 2023, section 6", "MXFP8", "mxfp8", v)]
+    checks = [_learns(v, entropy)] + [_matches(src, label, key, v) for src, label, key in (
+        (fp8, "FP8 delayed-scaling", "fp8_delayed"), (fp8, "FP8 current-scaling", "fp8_current"),
+        ("Rouhani et al. 2023, section 6", "MXFP8", "mxfp8")) if key in v]
+    if "nvfp4" not in v:
+        return checks
     gap = float((v["nvfp4"] - v["bf16"]).mean())
     limit = _CLOSE_FRACTION * float(v["bf16"].mean())
-    checks.append(Check(
+    checks.append(_not_reproduced(Check(
         source="NVIDIA 2025, section 4", claim="NVFP4 with its full recipe stays close to "
         "the higher-precision baseline.",
         criterion=f"mean paired gap to bf16 <= {_CLOSE_FRACTION:.0%} of the bf16 loss "
         f"= {limit:.4f} nats",
         measured=("" if gap <= limit else "NOT REPRODUCED: ") + f"gap {gap:+.4f} nats "
-        f"(nvfp4 {_fmt(v['nvfp4'])})", passed=gap <= limit, values={"gap": gap}))
+        f"(nvfp4 {_fmt(v['nvfp4'])})", passed=gap <= limit, values={"gap": gap})))
     for key, what in (("nvfp4_no_sr", "stochastic rounding of gradients"),
                       ("nvfp4_no_rht", "the random Hadamard transform"),
                       ("nvfp4_no_2d", "2-D (16x16) weight blocks")):
-        d = v[key] - v["nvfp4"]
-        se = float(np.std(d, ddof=1) / math.sqrt(d.size)) if d.size > 1 else 0.0
-        ok = bool(d.mean() > 0 and d.mean() > _ABLATION_SES * se)
-        checks.append(Check(
-            source="NVIDIA 2025, section 5", claim=f"Removing {what} from NVFP4 costs loss.",
-            criterion=f"mean paired increase over full NVFP4 > 0 and > {_ABLATION_SES:g} "
-            "standard errors",
-            measured=("" if ok else "NOT REPRODUCED: ") + f"increase {d.mean():+.4f} nats, "
-            f"se {se:.4f} ({key} {_fmt(v[key])})", passed=ok,
-            values={"increase": d.tolist(), "se": se}))
+        if key in v:
+            checks.append(_ablation(key, what, v))
     return checks
+
+
+def _ablation(key: str, what: str, v: dict[str, np.ndarray]) -> Check:
+    d = v[key] - v["nvfp4"]
+    se = float(np.std(d, ddof=1) / math.sqrt(d.size)) if d.size > 1 else 0.0
+    ok = bool(d.mean() > 0 and d.mean() > _ABLATION_SES * se)
+    return _not_reproduced(Check(
+        source="NVIDIA 2025, section 5", claim=f"Removing {what} from NVFP4 costs loss.",
+        criterion=f"mean paired increase over full NVFP4 > 0 and > {_ABLATION_SES:g} "
+        "standard errors (one seed: se = 0)",
+        measured=("" if ok else "NOT REPRODUCED: ") + f"increase {d.mean():+.4f} nats, "
+        f"se {se:.4f} ({key} {_fmt(v[key])})", passed=ok,
+        values={"increase": d.tolist(), "se": se}))
 
 
 def _fmt(a: np.ndarray) -> str:
@@ -229,13 +258,15 @@ def run(settings: Settings, progress: Progress, *, device: str | None = None) ->
     seeds = [settings.seed + k for k in range(sz["seeds"])]
     progress.start(len(CONFIGS) * len(seeds) * sz["steps"], "low-precision recipes")
     threads = torch.get_num_threads()
-    torch.set_num_threads(min(threads, 2))
+    torch.set_num_threads(1)  # small products: extra threads only wait on each other
     try:
         runs = {key: [_train(key, corpus, sz, s, dev, progress) for s in seeds]
                 for key in CONFIGS}
     finally:
         torch.set_num_threads(threads)
     v = {key: np.array([r["valid"] for r in rs]) for key, rs in runs.items()}
+    p = np.bincount(corpus.split()[0]) / corpus.split()[0].size
+    entropy = float(-(p[p > 0] * np.log(p[p > 0])).sum())  # nats: letter frequencies only
     rows = ["| recipe | validation loss per seed | mean gap to bf16 |", "|---|---|---|"]
     rows += [f"| {k} | {_fmt(v[k])} | {float((v[k] - v['bf16']).mean()):+.4f} |" for k in v]
     summary = (
@@ -245,7 +276,7 @@ def run(settings: Settings, progress: Progress, *, device: str | None = None) ->
         f"seeds {seeds}, with each recipe in every block Linear (LM head bf16)."
     )
     return ExperimentResult(
-        name=NAME, title=TITLE, seed=settings.seed, summary=summary, checks=_checks(v),
+        name=NAME, title=TITLE, seed=settings.seed, summary=summary, checks=_checks(v, entropy),
         figures={"loss_curves": _plot({k: [r["train"] for r in rs] for k, rs in runs.items()})},
         tables=["\n".join(rows)], metrics={"valid_loss": {k: a.tolist() for k, a in v.items()}},
         settings={**sz, "device": dev, "seeds": seeds, "peak_lr": _PEAK_LR})
