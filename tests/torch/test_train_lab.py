@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 
 from normlab.lab.experiments import EXPERIMENTS  # noqa: E402
 from normlab.lab.experiments import lowp_training as exp  # noqa: E402
-from normlab.lab.result import NullProgress, Settings  # noqa: E402
+from normlab.lab.result import Settings  # noqa: E402
 from normlab.lab.runner import run_experiments  # noqa: E402
 from normlab.torch import _operands  # noqa: E402
 

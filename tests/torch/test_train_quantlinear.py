@@ -164,7 +164,7 @@ def test_bad_input() -> None:
         QuantLinear(0, 4, recipe=Bf16Recipe())
     with pytest.raises(ValueError, match="in_features=4"):
         QuantLinear(4, 2, recipe=Bf16Recipe())(torch.ones(3, 5))
-    with pytest.raises(TypeError, match="itself a torch.nn.Linear"):
+    with pytest.raises(TypeError, match=r"itself a torch\.nn\.Linear"):
         convert(torch.nn.Linear(2, 2), Bf16Recipe())
     with pytest.raises(ValueError, match="fp8_format"):
         Fp8DelayedRecipe(fp8_format="E3M4")

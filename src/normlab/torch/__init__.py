@@ -26,10 +26,10 @@ __all__ = [
 ]
 
 # --- training: QuantLinear, convert, recipes, AdamW (owner: torchtrain) ---
-from normlab.torch.convert import convert  # noqa: E402  (after the tensor block)
-from normlab.torch.nn import QuantLinear  # noqa: E402
-from normlab.torch.optim import AdamW  # noqa: E402
-from normlab.torch.recipes import (  # noqa: E402
+from normlab.torch.convert import convert
+from normlab.torch.nn import QuantLinear
+from normlab.torch.optim import AdamW
+from normlab.torch.recipes import (
     Bf16Recipe,
     BlockwiseFp8Recipe,
     Fp8CurrentRecipe,

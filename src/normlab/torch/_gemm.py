@@ -23,8 +23,8 @@ from normlab.precision.formats import get_format
 from normlab.precision.random_bits import splitmix64
 from normlab.torch import _operands as ops
 from normlab.torch.recipes import (
-    BlockwiseFp8Recipe,
     Bf16Recipe,
+    BlockwiseFp8Recipe,
     Fp8CurrentRecipe,
     Fp8DelayedRecipe,
     MXRecipe,
@@ -112,6 +112,7 @@ def _block_backward(layer: Any, dy: torch.Tensor, x: torch.Tensor,
         seeds = [stream_seed(layer.seed, counter, k) for k in (0, 1)]
     dx = quantize_operand(layer, dy, "dy", 1, seeds[0]) @ quantize_operand(layer, w, "w", 0)
     if isinstance(r, NVFP4Recipe) and r.hadamard:
-        dy, x = ops.hadamard_rows(dy, layer.hadamard_signs), ops.hadamard_rows(x, layer.hadamard_signs)
+        signs = layer.hadamard_signs  # 16
+        dy, x = ops.hadamard_rows(dy, signs), ops.hadamard_rows(x, signs)  # M',N  M',K
     dw = quantize_operand(layer, dy, "dy", 0, seeds[1]).t() @ quantize_operand(layer, x, "x", 0)
     return dx, dw

@@ -137,7 +137,8 @@ def block_scaled(t: torch.Tensor, fmt: Format, axis: int, block: tuple[int, int]
     decode scale of a tile is ``d = amax / fmt_max`` (times ``tensor_scale`` and rounded to
     ``scale_fmt`` for NVFP4); elements are ``sat_round(x / d)`` and the value ``e * d``.
     Without ``scale_fmt`` the scale is DeepSeek's ``s = fmt_max / amax`` and the value
-    ``sat_round(x * s) * float32(1 / s)`` (as :class:`normlab.precision.Fp8Tensor`). A tile of zeros stays zero.
+    ``sat_round(x * s) * float32(1 / s)`` (as :class:`normlab.precision.Fp8Tensor`).
+    A tile of zeros stays zero.
     """
     if block[0] == 1:
         b, n = _blocked(t, axis, block[1])  # R,B,K

@@ -10,7 +10,7 @@ number becomes the layer's ``seed_stream``, so stochastic rounding differs per l
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -73,7 +73,8 @@ def _swap(old: torch.nn.Linear, recipe: Recipe, group: Any | None, index: int) -
         new = QuantLinear(old.in_features, old.out_features, old.bias is not None,  # RNG as is
                           recipe=recipe, process_group=group, seed_stream=index,
                           device=old.weight.device)
-    new.weight = old.weight  # the same Parameter objects: optimizers keep working
+    # the same Parameter objects: optimizers keep working
+    new.weight = cast(torch.nn.Parameter, old.weight)
     if old.bias is not None:
         new.bias = old.bias
     new.train(old.training)

@@ -30,7 +30,7 @@ from normlab._validate import check_finite_real, check_generator
 from normlab.precision.formats import Format, get_format
 from normlab.torch.quantize import quantize
 
-__all__ = ["AdamW", "PARAM_ROUNDINGS"]
+__all__ = ["PARAM_ROUNDINGS", "AdamW"]
 
 PARAM_ROUNDINGS = ("nearest", "stochastic", "kahan")
 _DTYPE_FORMATS = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
@@ -135,7 +135,9 @@ class AdamW(torch.optim.Optimizer):
                 st["compensation"] = torch.zeros_like(p, dtype=torch.float32)
         st["step"] += 1
         t = st["step"]
-        g, w = p.grad.to(torch.float32), p.to(torch.float32)
+        grad = p.grad
+        assert grad is not None  # step() skips parameters without one
+        g, w = grad.to(torch.float32), p.to(torch.float32)
         m, v = st["exp_avg"], st["exp_avg_sq"]
         # separate elementwise operations (no fused lerp/addcmul: those may use an FMA),
         # so every float32 result is correctly rounded and reproducible in NumPy

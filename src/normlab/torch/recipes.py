@@ -34,13 +34,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from normlab._validate import check_int
-from normlab.precision.fp8_scaling import DelayedScaling
 from normlab.precision.formats import Format, get_format
+from normlab.precision.fp8_scaling import DelayedScaling
 
 __all__ = [
     "RECIPES",
-    "BlockwiseFp8Recipe",
     "Bf16Recipe",
+    "BlockwiseFp8Recipe",
     "Fp8CurrentRecipe",
     "Fp8DelayedRecipe",
     "MXRecipe",

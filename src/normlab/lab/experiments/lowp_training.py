@@ -101,7 +101,7 @@ def _model(torch: Any, vocab: int, sz: dict[str, int], seed: int, device: str) -
     """A pre-LN GPT: token + position embeddings, blocks, final LayerNorm, LM head."""
     nn, d = torch.nn, sz["d"]
 
-    class Block(nn.Module):
+    class Block(nn.Module):  # type: ignore[name-defined]  # torch is imported lazily
         def __init__(self) -> None:
             super().__init__()
             self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
@@ -116,7 +116,7 @@ def _model(torch: Any, vocab: int, sz: dict[str, int], seed: int, device: str) -
             x = x + self.proj(att.transpose(1, 2).reshape(b, t, d))  # B,T,C
             return x + self.out(nn.functional.gelu(self.fc(self.ln2(x))))
 
-    class GPT(nn.Module):
+    class GPT(nn.Module):  # type: ignore[name-defined]
         def __init__(self) -> None:
             super().__init__()
             self.tok, self.pos = nn.Embedding(vocab, d), nn.Embedding(sz["context"], d)
