@@ -16,8 +16,16 @@ from typing import Any
 
 import numpy as np
 
-from normlab._validate import as_float_array, check_eps, check_finite_real, check_int
-from normlab.nn.module import Module, Parameter, param_dtype
+from normlab._validate import (
+    as_float_array,
+    as_shape,
+    check_eps,
+    check_finite_real,
+    check_int,
+    check_trailing,
+    compute_dtype,
+)
+from normlab.nn.module import Module, Parameter
 from normlab.norms import (
     group_norm_backward,
     group_norm_forward,
@@ -27,28 +35,8 @@ from normlab.norms import (
     rms_norm_forward,
 )
 
+# as_shape and check_trailing live in normlab._validate; re-exported for compatibility
 __all__ = ["GroupNorm", "LayerNorm", "RMSNorm", "as_shape", "check_trailing"]
-
-
-def as_shape(normalized_shape: int | Sequence[int], name: str = "normalized_shape") -> tuple:
-    """An int or a sequence of ints >= 1 as a non-empty tuple."""
-    if isinstance(normalized_shape, Sequence) and not isinstance(normalized_shape, str):
-        dims = tuple(
-            check_int(d, f"{name}[{i}]", minimum=1) for i, d in enumerate(normalized_shape)
-        )
-        if not dims:
-            raise ValueError(f"{name} must name at least one dimension; got {normalized_shape!r}")
-        return dims
-    return (check_int(normalized_shape, name, minimum=1),)
-
-
-def check_trailing(x: np.ndarray, shape: tuple, layer: str) -> None:
-    """ValueError unless the trailing dims of x equal ``shape``."""
-    k = len(shape)
-    if x.ndim < k or tuple(x.shape[x.ndim - k :]) != shape:
-        raise ValueError(
-            f"x must end with the dims {shape} ({layer} normalized_shape); got shape {x.shape}"
-        )
 
 
 def _cast(p: Parameter | None, dt: np.dtype) -> np.ndarray | None:
@@ -112,7 +100,7 @@ class LayerNorm(Module):
     def forward(self, x: Any) -> np.ndarray:
         x = as_float_array(x, "x", min_ndim=1)
         check_trailing(x, self.normalized_shape, "LayerNorm")
-        dt = param_dtype(x)
+        dt = compute_dtype(x.dtype)
         out, cache = layer_norm_forward(
             x, _cast(self.weight, dt), _cast(self.bias, dt), self.eps,
             normalized_ndim=len(self.normalized_shape),
@@ -182,7 +170,7 @@ class RMSNorm(Module):
         x = as_float_array(x, "x", min_ndim=1)
         check_trailing(x, self.normalized_shape, "RMSNorm")
         out, cache = rms_norm_forward(
-            x, _cast(self.weight, param_dtype(x)), self.eps, offset=self.offset,
+            x, _cast(self.weight, compute_dtype(x.dtype)), self.eps, offset=self.offset,
             normalized_ndim=len(self.normalized_shape),
         )
         self._save((cache,))
@@ -259,7 +247,7 @@ class GroupNorm(Module):
                 f"x must have shape (N, {self.num_channels}, ...) (num_channels on axis 1); "
                 f"got shape {x.shape}"
             )
-        dt = param_dtype(x)
+        dt = compute_dtype(x.dtype)
         out, cache = group_norm_forward(
             x, self.num_groups, _cast(self.weight, dt), _cast(self.bias, dt), self.eps
         )
