@@ -6,6 +6,11 @@ these tests check the machinery within the test budget).
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -62,3 +67,24 @@ def test_detects_fp8_operands_left_scaled(monkeypatch: pytest.MonkeyPatch) -> No
     outcome = _run(monkeypatch, ("bf16", "fp8_current"))
     assert outcome.status == "fail", outcome.error
     assert not outcome.result.checks[0].passed
+
+
+def test_without_torch_the_run_names_the_install_line() -> None:
+    # a subprocess where "import torch" fails: the module still imports (the registry can
+    # list it) and run() raises ImportError carrying the install line
+    code = (
+        "import sys; sys.modules['torch'] = None\n"
+        "from normlab.lab.experiments import lowp_training as exp\n"
+        "from normlab.lab.result import NullProgress, Settings\n"
+        "try:\n"
+        "    exp.run(Settings('quick', 0), NullProgress())\n"
+        "except ImportError as e:\n"
+        "    print('ImportError:', e)\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root / "src")}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.startswith("ImportError:")
+    assert exp.TORCH_HINT in proc.stdout
