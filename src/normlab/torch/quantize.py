@@ -26,8 +26,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from normlab.precision.formats import Format
-from normlab.precision.random_bits import GOLDEN_GAMMA
+from normlab.precision.formats import (
+    BFLOAT16,
+    FLOAT8_E4M3FN,
+    FLOAT8_E5M2,
+    FLOAT16,
+    Format,
+)
+from normlab.precision.random_bits import GOLDEN_GAMMA, check_seed
 from normlab.precision.rounding import RoundingMode
 from normlab.torch._import import torch
 from normlab.torch.formats import get_format
@@ -41,6 +47,14 @@ _INPUT = {
 }
 _WIDENED = (torch.bfloat16, torch.float16)
 _FINITE, _INF, _NAN = 0, 1, 2
+# Formats that are torch dtypes, whose float32 casts round to nearest even exactly as the
+# reference does for finite inputs; NaN bits and E4M3FN's saturating inf are fixed up.
+_NATIVE = {
+    BFLOAT16: torch.bfloat16,
+    FLOAT16: torch.float16,
+    FLOAT8_E4M3FN: torch.float8_e4m3fn,
+    FLOAT8_E5M2: torch.float8_e5m2,
+}
 _I64_MIN = -(2**63)
 _MIX1 = 0xBF58476D1CE4E5B9
 _MIX2 = 0x94D049BB133111EB
@@ -124,12 +138,16 @@ def _shl(a: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
 
 
 def _round_up(
-    mode: RoundingMode, fmt: Format, F: int, E: torch.Tensor, s: torch.Tensor,
-    keep: torch.Tensor, rem: torch.Tensor, d: torch.Tensor, words: torch.Tensor | None,
+    mode: RoundingMode, sign: torch.Tensor, keep: torch.Tensor, rem: torch.Tensor,
+    d: torch.Tensor, words: torch.Tensor | None,
 ) -> torch.Tensor:
     """Whether each kept significand goes up one unit (bool, (N,))."""
     if mode is RoundingMode.TOWARD_ZERO:
-        return torch.zeros_like(s, dtype=torch.bool)
+        return torch.zeros_like(sign)
+    if mode is RoundingMode.TOWARD_POSITIVE:
+        return (rem > 0) & ~sign  # rem, not a fixed-point fraction: exact for any d
+    if mode is RoundingMode.TOWARD_NEGATIVE:
+        return (rem > 0) & sign
     if mode is RoundingMode.STOCHASTIC:
         assert words is not None
         # rem / 2^d as a 0.64 fixed-point fraction, exactly as the NumPy reference
@@ -140,10 +158,7 @@ def _round_up(
     half = 1 << (d.clamp(1, 62) - 1)  # (N,) 2^(d-1); d == 0 has rem == 0 < 1
     if mode is RoundingMode.NEAREST_AWAY:
         return rem >= half
-    up = (rem > half) | ((rem == half) & ((keep & 1) == 1))
-    if not fmt.has_zero and fmt.emin == -127 and F == 23:  # ml_dtypes' E8M0 quirk
-        up |= (E == 0) & (s > (1 << 22))
-    return up
+    return (rem > half) | ((rem == half) & ((keep & 1) == 1))
 
 
 def _components(
@@ -167,7 +182,7 @@ def _components(
     dc = d.clamp(0, 63)  # s < 2^53, so shifting by 63 already leaves 0
     keep = s >> dc
     rem = s - (keep << dc)
-    n = keep + _round_up(mode, fmt, F, E, s, keep, rem, d, words).to(torch.int64)
+    n = keep + _round_up(mode, sign, keep, rem, d, words).to(torch.int64)
     carry = (n >> (m + 1)) != 0
     n = torch.where(carry, n >> 1, n)
     qe = torch.where(carry, qe + 1, qe)
@@ -194,6 +209,10 @@ def _specials(
     to_max = torch.zeros_like(over)
     if clamp_over:
         to_max = over
+    elif mode is RoundingMode.TOWARD_POSITIVE:  # negative overflow goes to -max
+        to_max = over & sign
+    elif mode is RoundingMode.TOWARD_NEGATIVE:  # positive overflow goes to +max
+        to_max = over & ~sign
     if clamp_inf:
         to_max = to_max | (kind == _INF)
     n = torch.where(to_max, fmt.max_significand, n)
@@ -208,6 +227,8 @@ def _specials(
         kind = torch.where(sign & nonzero_input, _NAN, kind)  # even if it rounds to zero
         sign = sign & (kind == _NAN)
     n = torch.where(kind == _FINITE, n, 0)
+    if not fmt.has_negative_zero and fmt.signed:  # fnuz: the "-0" code is NaN; zeros are +0
+        sign = sign & ~((kind == _FINITE) & (n == 0))
     return sign, n, qe, kind
 
 
@@ -223,6 +244,31 @@ def _assemble(
     mag = torch.where(kind == _NAN, float("nan"), mag)  # the quiet NaN inf | 1 << (F - 1)
     sign_bit = sign.to(itype) << (W - 1)
     return (mag.view(itype) | sign_bit).view(dtype)
+
+
+def _nearest_by_cast(x: torch.Tensor, fmt: Format, saturate: bool) -> torch.Tensor:
+    """Round-to-nearest-even of float32 ``x`` through torch's cast to the format's dtype.
+
+    The casts agree with the reference on every input that is neither NaN nor beyond the
+    overflow threshold (checked bit for bit over the same patterns as the bit path). What
+    differs is fixed here: NaN results become the reference's quiet NaN with the input's
+    sign (casts drop the sign or the quiet payload), and torch's E4M3FN cast saturates
+    where the reference gives NaN above 464 (the midpoint between 448 and the NaN code).
+    One read-only pass (``aminmax``) decides whether a fix-up is needed at all.
+    """
+    src = x.clamp(-fmt.max, fmt.max) if saturate else x
+    y = src.to(_NATIVE[fmt]).to(torch.float32)
+    # |x| above `limit` (or NaN) needs the fix-up; inf formats overflow to inf by the cast
+    limit = float("inf")
+    if not saturate and not fmt.has_infinity:
+        limit = fmt.max + 2.0 ** (fmt.emax - fmt.mantissa_bits - 1)
+    if x.numel() == 0:
+        return y
+    lo, hi = torch.aminmax(x)  # NaN propagates into both
+    if bool((hi <= limit) & (lo >= -limit)):
+        return y
+    bad = ~(x.abs() <= limit)  # NaN, and beyond the threshold
+    return torch.where(bad, torch.copysign(torch.tensor(float("nan")), x), y)
 
 
 def _check_mode(rounding: Any) -> RoundingMode:
@@ -251,9 +297,20 @@ def _check_tensor(t: Any) -> torch.Tensor:
 def _check_randomness(
     mode: RoundingMode, seed: Any, random_bits: Any, t: torch.Tensor
 ) -> torch.Tensor | None:
-    """The (N,) int64 words for stochastic rounding, or None for the other modes."""
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise TypeError(f"seed must be an int or None; got {type(seed).__name__} {seed!r}")
+    """The (N,) int64 words for stochastic rounding, or None for the other modes.
+
+    The rules of :func:`normlab.precision.quantize`: more than one source is an error in
+    every mode, the stochastic mode needs one, seed is an int in [0, 2^64).
+    """
+    given = [n for n, v in (("seed", seed), ("random_bits", random_bits)) if v is not None]
+    if len(given) > 1 or (mode is RoundingMode.STOCHASTIC and not given):
+        raise ValueError(
+            "stochastic rounding needs exactly one source of randomness: seed= (an int in "
+            "[0, 2**64)) or random_bits= (int64 words of t's shape); got "
+            f"{given or 'none'}"
+        )
+    if mode is not RoundingMode.STOCHASTIC:
+        return None
     if random_bits is not None:
         if not isinstance(random_bits, torch.Tensor) or random_bits.dtype not in (
             torch.int64, torch.uint64,
@@ -267,19 +324,8 @@ def _check_randomness(
                 f"random_bits must have t's shape {tuple(t.shape)}; got "
                 f"{tuple(random_bits.shape)}"
             )
-    if mode is not RoundingMode.STOCHASTIC:
-        return None
-    if (seed is None) == (random_bits is None):
-        raise ValueError(
-            "stochastic rounding needs exactly one source of randomness: seed= (an int) or "
-            f"random_bits= (int64 words of t's shape); got seed={seed!r}, "
-            f"random_bits={'set' if random_bits is not None else None}"
-        )
-    if random_bits is not None:
-        words = random_bits.to(t.device).contiguous().view(torch.int64)
-        return words.reshape(-1)
-    assert seed is not None
-    return stochastic_words(seed, (t.numel(),), t.device)
+        return random_bits.to(t.device).contiguous().view(torch.int64).reshape(-1)
+    return stochastic_words(check_seed(seed), (t.numel(),), t.device)
 
 
 def quantize(
@@ -301,15 +347,17 @@ def quantize(
     ----------
     t : Tensor of float32, float64, bfloat16 or float16, any shape and device
     fmt : Format, format name or torch dtype (see :func:`normlab.torch.get_format`)
-    rounding : "nearest" | "stochastic" | "toward_zero" | "nearest_away" or RoundingMode
+    rounding : "nearest" | "stochastic" | "toward_zero" | "nearest_away" |
+        "toward_positive" | "toward_negative" or RoundingMode
     saturate : bool
         Overflow and infinities become +-max instead of inf/NaN.
-    seed : int, optional
-        Stochastic mode: element i of the flattened tensor uses ``splitmix64(seed + i)``.
+    seed : int in [0, 2^64), optional
+        Stochastic mode: element i of the flattened C-order tensor uses
+        ``splitmix64((seed + i) mod 2^64)``, as the NumPy side does, on every device.
     random_bits : Tensor of int64 with t's shape, optional
         Stochastic mode: explicit words (the bits of uint64 words; uint64 tensors are
-        accepted too). Pass exactly one of ``seed`` and ``random_bits``; the deterministic
-        modes ignore both.
+        accepted too). The stochastic mode needs exactly one of ``seed`` and
+        ``random_bits``; the deterministic modes ignore a single one; both is an error.
 
     Returns
     -------
@@ -320,7 +368,8 @@ def quantize(
     TypeError
         t not a tensor of a supported dtype; seed not an int; random_bits not int64.
     ValueError
-        Unknown format or mode; stochastic without randomness, or with both; bad shape.
+        Unknown format or mode; stochastic without randomness, or with both sources;
+        seed outside [0, 2^64); random_bits of another shape.
 
     Notes
     -----
@@ -344,6 +393,9 @@ def quantize(
         return quantize(x.float(), fmt, rounding=mode, saturate=saturate,
                         random_bits=None if words is None else words.reshape(t.shape),
                         ).to(t.dtype)
+    if mode is RoundingMode.NEAREST and x.dtype == torch.float32 and fmt in _NATIVE:
+        if not torch.compiler.is_compiling():  # compiled: the fused bit path needs no checks
+            return _nearest_by_cast(x, fmt, saturate)
     x = x.contiguous()
     sign, n, qe, kind, _, s = _components(x, fmt, mode, words)
     parts = _specials(fmt, mode, saturate, sign, n, qe, kind, (s > 0) | (kind != _FINITE))
