@@ -44,7 +44,7 @@ __all__ = ["CONFIGS", "DETECTS", "NAME", "TITLE", "TORCH_HINT", "run"]
 
 NAME = "lowp_training"
 TITLE = "FP8, MXFP8 and NVFP4 training recipes vs bf16 (Micikevicius 2022; NVIDIA 2025)"
-TORCH_HINT = 'pip install "normlab[torch]"'
+TORCH_HINT = 'pip install ".[torch]"  (from the normlab source tree)'
 # breaks this experiment is known to turn into a FAIL (tests/torch/test_train_lab.py)
 DETECTS = ("FP8 per-tensor dequantisation skipped (scale_inv not applied to the operands)",)
 CONFIGS = ("bf16", "fp8_delayed", "fp8_current", "mxfp8", "nvfp4", "nvfp4_no_sr",
