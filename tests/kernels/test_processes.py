@@ -188,6 +188,8 @@ def test_read_only_install_without_a_writable_home_warns_once_and_computes():
     category, message = got["warnings"][0]
     assert category == "KernelFallbackWarning"
     assert "cannot cache" in message and "NUMBA_CACHE_DIR" in message
+    # the kernels recovered through a temporary cache, not by falling back to the references
+    assert "temporary folder" in message
 
 
 def test_a_truncated_cache_file_heals_itself():
