@@ -122,15 +122,17 @@ def test_html_is_self_contained_and_escapes_experiment_text(tmp_path):
     _, _, files = run_report(["good", "bad"], Settings(), tmp_path, loader=FAKES.__getitem__)
     page = files.html.read_text()
     assert page.startswith("<!DOCTYPE html>") and "<style>" in page
-    # no external resource of any kind: every src is an embedded PNG
-    assert not re.search(r"(href|src)\s*=\s*[\"'](?!data:)", page)
+    # no external resource of any kind: every src is an embedded PNG, every link in-page
+    assert not re.search(r"src\s*=\s*[\"'](?!data:)", page)
+    assert not re.search(r"href\s*=\s*[\"'](?!#)", page)
+    assert '<a href="#good">' in page and '<a id="good"></a>' in page
     assert "<link" not in page and "<script" not in page
     sources = re.findall(r'src="data:image/png;base64,([^"]+)"', page)
     assert len(sources) == 2
     assert all(base64.b64decode(s).startswith(PNG_MAGIC) for s in sources)
     assert "<b>tag</b>" not in page and "&lt;b&gt;tag&lt;/b&gt;" in page
     assert '<span class="pass">PASS</span>' in page and '<span class="fail">FAIL</span>' in page
-    assert "<table>" in page
+    assert "<table>" in page and 'name="viewport"' in page
 
 
 def test_metrics_json_is_strict_json_with_seeds_sizes_versions_and_times(tmp_path):

@@ -24,13 +24,23 @@ import numpy as np
 from normlab import batch_norm_forward, layer_norm_forward
 from normlab.lab.plotting import new_figure
 from normlab.lab.result import Check, ExperimentResult, Progress, Settings
+from normlab.lab.tables import markdown_table
 from normlab.lab.training import on_references
 from normlab.nn import BatchNorm
 
-__all__ = ["BATCH_SIZES", "NAME", "TITLE", "composition_changes", "run", "train_eval_gap"]
+__all__ = [
+    "BATCH_SIZES",
+    "DETECTS",
+    "NAME",
+    "TITLE",
+    "composition_changes",
+    "run",
+    "train_eval_gap",
+]
 
 NAME = "batch_vs_layer"
 TITLE = "BatchNorm vs LayerNorm: batch composition, decoding, train/eval gap"
+DETECTS = ("BatchNorm in eval mode normalising with the batch's statistics",)
 BATCH_SIZES = (2, 4, 8, 32, 128)
 SAME_TOL = 1e-12  # float64 rounding of a 16-wide row is ~1e-16
 CHANGED_MIN = 0.05  # "depends on the batch": relative change of at least 5%
@@ -145,7 +155,8 @@ def _run(settings: Settings, progress: Progress) -> ExperimentResult:
         gaps[b] = train_eval_gap(settings.seed, b, steps, probes)
         progress.advance()
     g = [gaps[b] for b in BATCH_SIZES]
-    ratio = g[0] / g[-1]
+    # a broken eval mode can make the gaps 0: the check must then FAIL, not divide by zero
+    ratio = g[0] / g[-1] if g[-1] > 0 else float("nan")
     monotone = bool(np.all(np.diff(g) < 0))
     ln_same = max(comp["ln_in_batches"], comp["ln_decode"])
     src = "chapter 16.1 (Ba et al. 2016; Ioffe & Szegedy 2015)"
@@ -177,12 +188,12 @@ def _run(settings: Settings, progress: Progress) -> ExperimentResult:
             f"gap falls strictly with batch size in {list(BATCH_SIZES)} and "
             f"gap(2) / gap(128) >= {GAP_RATIO_MIN:g}",
             ", ".join(f"b={b}: {gaps[b]:.3f}" for b in BATCH_SIZES) + f"; ratio {ratio:.1f}",
-            monotone and ratio >= GAP_RATIO_MIN,
+            bool(monotone and ratio >= GAP_RATIO_MIN),
             {"gaps": {str(b): gaps[b] for b in BATCH_SIZES}, "ratio": ratio},
         ),
     ]
-    rows = ["| batch size | mean abs(train - eval) BatchNorm | LayerNorm |", "|---|---|---|"]
-    rows += [f"| {b} | {gaps[b]:.4f} | 0 (no modes) |" for b in BATCH_SIZES]
+    header = ["batch size", "mean abs(train - eval) BatchNorm", "LayerNorm"]
+    rows = [[b, f"{gaps[b]:.4f}", "0 (no modes)"] for b in BATCH_SIZES]
     return ExperimentResult(
         name=NAME,
         title=TITLE,
@@ -197,7 +208,7 @@ def _run(settings: Settings, progress: Progress) -> ExperimentResult:
         ),
         checks=checks,
         figures={"outputs": _figure(comp, gaps)},
-        tables=["\n".join(rows)],
+        tables=[markdown_table(header, rows)],
         metrics={"composition": comp, "train_eval_gap": {str(b): v for b, v in gaps.items()}},
         settings={
             "features": _C,
@@ -207,7 +218,6 @@ def _run(settings: Settings, progress: Progress) -> ExperimentResult:
             "batch_sizes": list(BATCH_SIZES),
         },
     )
-
 
 
 @on_references
