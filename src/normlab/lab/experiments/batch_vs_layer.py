@@ -131,7 +131,7 @@ def _figure(comp: dict[str, float], gaps: dict[int, float]) -> object:
     )
     ax1.legend(fontsize=8)
     sizes = np.array(sorted(gaps))
-    g = np.array([gaps[b] for b in sizes])
+    g = np.maximum([gaps[b] for b in sizes], 1e-12)  # a broken eval mode gives 0: keep log axes
     ax2.loglog(sizes, g, "o-", color="C3", label="BatchNorm train vs eval")
     ax2.loglog(sizes, g[0] * np.sqrt(sizes[0] / sizes), "k:", lw=1, label="1/sqrt(batch) reference")
     ax2.set(

@@ -23,11 +23,13 @@ import numpy as np
 from normlab import inverted_dropout
 from normlab.lab.plotting import new_figure
 from normlab.lab.result import Check, ExperimentResult, Progress, Settings
+from normlab.lab.tables import markdown_table
 from normlab.lab.training import on_references
 from normlab.nn import Dropout
 
-__all__ = ["NAME", "PROBABILITIES", "TITLE", "Z_BOUND", "dropout_moments", "exact_moments", "run"]
+__all__ = ["DETECTS", "NAME", "PROBABILITIES", "TITLE", "Z_BOUND", "dropout_moments", "exact_moments", "run"]
 
+DETECTS = ("inverted dropout without the 1/(1-p) rescaling of the kept units",)
 NAME = "dropout_stats"
 TITLE = "Inverted dropout: mean kept, variance x²p/(1-p), identity at eval (Srivastava 2014)"
 PROBABILITIES = (0.1, 0.3, 0.5, 0.8)
@@ -109,17 +111,14 @@ def _run(settings: Settings, progress: Progress) -> ExperimentResult:
     # x spans signs and three decades of magnitude; no zeros (their z-score is undefined)
     x = rng.choice([-1.0, 1.0], size=m) * np.logspace(-1, 2, m)  # M
     stats: dict[float, dict] = {}
-    rows = ["| p | max abs z (mean) | max abs z (variance) | max rel. error of variance |"]
-    rows.append("|---|---|---|---|")
+    rows = []
     for p in PROBABILITIES:
         s = dropout_moments(x, p, n, rng)
         s["n"] = n
         stats[p] = s
         rel = np.max(np.abs(s["var"] / s["var_true"] - 1.0))
-        rows.append(
-            f"| {p} | {np.max(np.abs(s['z_mean'])):.2f} | {np.max(np.abs(s['z_var'])):.2f} "
-            f"| {rel:.3%} |"
-        )
+        rows.append([p, f"{np.max(np.abs(s['z_mean'])):.2f}",
+                     f"{np.max(np.abs(s['z_var'])):.2f}", f"{rel:.3%}"])
         progress.advance()
     z_mean = max(float(np.max(np.abs(s["z_mean"]))) for s in stats.values())
     z_var = max(float(np.max(np.abs(s["z_var"]))) for s in stats.values())
@@ -172,7 +171,8 @@ def _run(settings: Settings, progress: Progress) -> ExperimentResult:
         ),
         checks=checks,
         figures={"moments": _figure(x, stats)},
-        tables=["\n".join(rows)],
+        tables=[markdown_table(["p", "max abs z (mean)", "max abs z (variance)",
+                                "max rel. error of variance"], rows)],
         metrics={
             "max_abs_z_mean": z_mean,
             "max_abs_z_var": z_var,

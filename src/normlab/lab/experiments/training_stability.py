@@ -26,8 +26,9 @@ from normlab.lab.result import Check, ExperimentResult, Progress, Settings
 from normlab.lab.training import CharCorpus, TrainLog, load_corpus, single_threaded, train_lm
 from normlab.nn import TransformerLM
 
-__all__ = ["CONFIGS", "NAME", "PEAK_LR", "TITLE", "run", "unigram_entropy"]
+__all__ = ["DETECTS", "CONFIGS", "NAME", "PEAK_LR", "TITLE", "run", "unigram_entropy"]
 
+DETECTS = ("Pre-LN and Post-LN placements swapped in the residual block",)
 NAME = "training_stability"
 TITLE = "Post-LN vs Pre-LN training, with and without warmup (Xiong et al. 2020)"
 

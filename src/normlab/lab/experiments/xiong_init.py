@@ -37,11 +37,13 @@ import numpy as np
 
 from normlab.lab.experiments._xiong_figures import xiong_figures
 from normlab.lab.result import Check, ExperimentResult, Progress, Settings
+from normlab.lab.tables import markdown_table
 from normlab.lab.training import on_references
 from normlab.nn import LayerNorm, Linear, TransformerBlock, softmax_cross_entropy
 
-__all__ = ["DEPTHS", "NAME", "TITLE", "last_ffn_grad_norms", "lemma2_profile", "run"]
+__all__ = ["DETECTS", "DEPTHS", "NAME", "TITLE", "last_ffn_grad_norms", "lemma2_profile", "run"]
 
+DETECTS = ("Pre-LN and Post-LN placements swapped in the residual block",)
 NAME = "xiong_init"
 TITLE = "Post-LN vs Pre-LN at initialization (Xiong et al. 2020, Lemma 2 and Theorem 1)"
 DEPTHS = (6, 12, 24, 48)
@@ -224,22 +226,18 @@ def _run(settings: Settings, progress: Progress) -> ExperimentResult:
             {"slope": slope_pre, "grad_norms": grads["pre"].mean(axis=0).tolist()},
         ),
     ]
-    table = ["| l | Post-LN ||x^{post,5}_l||²/d | Pre-LN ||x_l||²/d | Pre-LN bounds |"]
-    table.append("|---|---|---|---|")
-    for i in range(layers):
-        l = i + 1
-        table.append(f"| {l} | {post[i]:.3f} | {pre[i]:.2f} | [{1 + l / 2:g}, {1 + 3 * l / 2:g}] |")
-    gt = [
-        "| L | Post-LN per token | Pre-LN per token | Post-LN mean loss | Pre-LN mean loss |",
-        "|---|---|---|---|---|",
-    ]
-    for j, depth in enumerate(DEPTHS):
-        cells = [grads["post"], grads["pre"], full["post"], full["pre"]]
-        gt.append(f"| {depth} | " + " | ".join(f"{c[:, j].mean():.4g}" for c in cells) + " |")
+    table = markdown_table(
+        ["l", "Post-LN ||x^{post,5}_l||²/d", "Pre-LN ||x_l||²/d", "Pre-LN bounds"],
+        [[i + 1, f"{post[i]:.3f}", f"{pre[i]:.2f}", f"[{1 + (i + 1) / 2:g}, {1 + 1.5 * (i + 1):g}]"]
+         for i in range(layers)],
+    )
+    cells = [grads["post"], grads["pre"], full["post"], full["pre"]]
     slopes_full = {k: _slope(DEPTHS, v.mean(axis=0)) for k, v in full.items()}
-    gt.append(
-        f"| slope | {slope_post:+.3f} | {slope_pre:+.3f} | {slopes_full['post']:+.3f} "
-        f"| {slopes_full['pre']:+.3f} |"
+    gt = markdown_table(
+        ["L", "Post-LN per token", "Pre-LN per token", "Post-LN mean loss", "Pre-LN mean loss"],
+        [[depth, *(f"{c[:, j].mean():.4g}" for c in cells)] for j, depth in enumerate(DEPTHS)]
+        + [["slope", f"{slope_post:+.3f}", f"{slope_pre:+.3f}", f"{slopes_full['post']:+.3f}",
+            f"{slopes_full['pre']:+.3f}"]],
     )
     return ExperimentResult(
         name=NAME,
@@ -258,7 +256,7 @@ def _run(settings: Settings, progress: Progress) -> ExperimentResult:
         ),
         checks=checks,
         figures=xiong_figures(d_lemma, lemma, d_thm, grads, DEPTHS, (POST_TARGET, POST_TOL)),
-        tables=["\n".join(table), "\n".join(gt)],
+        tables=[table, gt],
         metrics={
             "lemma2_post_per_layer": post.tolist(),
             "lemma2_pre_per_layer": pre.tolist(),
