@@ -20,7 +20,7 @@ import pytest
 import normlab._stats
 from normlab import _backend
 from normlab.lab.experiments import EXPERIMENTS, load
-from normlab.lab.result import NullProgress, Settings
+from normlab.lab.result import Settings
 from normlab.lab.runner import run_experiments
 from normlab.nn.container import Residual
 from normlab.precision import DynamicLossScaler, Format, Fp8Meta, LowPrecisionUpdater, MasterWeights

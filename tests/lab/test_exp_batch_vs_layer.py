@@ -7,7 +7,6 @@ import pytest
 
 from normlab._backend import use_backend
 from normlab.lab.experiments import batch_vs_layer as exp
-from normlab.lab.result import NullProgress, Settings
 
 
 @pytest.fixture(autouse=True)
@@ -17,8 +16,8 @@ def _reference_backend():
         yield
 
 
-def test_quick_run_passes_every_check():
-    result = exp.run(Settings("quick", 0), NullProgress())
+def test_quick_run_passes_every_check(quick_results):
+    result = quick_results[exp.NAME]
     assert result.passed and len(result.checks) == 3
     gaps = result.metrics["train_eval_gap"]
     assert list(gaps) == [str(b) for b in exp.BATCH_SIZES]

@@ -7,14 +7,13 @@ import numpy as np
 import pytest
 
 from normlab.lab.experiments import fp8_formats as exp
-from normlab.lab.result import NullProgress, Settings
 
 E4M3_MAX, E5M2_MAX = 448.0, 57344.0  # the paper's Table 1
 
 
 @pytest.fixture(scope="module")
-def quick():
-    return exp.run(Settings("quick", 0), NullProgress())
+def quick(quick_results):
+    return quick_results[exp.NAME]
 
 
 def _draws(quick):

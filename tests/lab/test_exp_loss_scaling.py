@@ -6,12 +6,12 @@ import numpy as np
 import pytest
 
 from normlab.lab.experiments import loss_scaling as exp
-from normlab.lab.result import NullProgress, Settings
+from normlab.lab.result import Settings
 
 
 @pytest.fixture(scope="module")
-def quick():
-    return exp.run(Settings("quick", 0), NullProgress())
+def quick(quick_results):
+    return quick_results[exp.NAME]
 
 
 def test_quick_run_has_no_failed_criterion(quick):

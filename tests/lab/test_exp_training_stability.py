@@ -10,13 +10,12 @@ import numpy as np
 import pytest
 
 from normlab.lab.experiments import training_stability as exp
-from normlab.lab.result import NullProgress, Settings
 from normlab.lab.training import load_corpus, lr_at, sample_batch, single_threaded
 
 
 @pytest.fixture(scope="module")
-def quick():
-    return exp.run(Settings("quick", 0), NullProgress())
+def quick(quick_results):
+    return quick_results[exp.NAME]
 
 
 def _text() -> str:

@@ -27,7 +27,16 @@ from normlab.lab.tables import markdown_table
 from normlab.lab.training import on_references
 from normlab.nn import Dropout
 
-__all__ = ["DETECTS", "NAME", "PROBABILITIES", "TITLE", "Z_BOUND", "dropout_moments", "exact_moments", "run"]
+__all__ = [
+    "DETECTS",
+    "NAME",
+    "PROBABILITIES",
+    "TITLE",
+    "Z_BOUND",
+    "dropout_moments",
+    "exact_moments",
+    "run",
+]
 
 DETECTS = ("inverted dropout without the 1/(1-p) rescaling of the kept units",)
 NAME = "dropout_stats"

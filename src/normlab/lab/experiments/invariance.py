@@ -30,7 +30,7 @@ from normlab.lab.training import on_references
 
 __all__ = ["DETECTS", "METHODS", "NAME", "PAPER", "TITLE", "TRANSFORMS", "invariance_matrix", "run"]
 
-DETECTS: tuple[str, ...] = ()  # no fault-injection test yet
+DETECTS = ("LayerNorm without its mean subtraction (test_exp_invariance)",)
 NAME = "invariance"
 TITLE = "Invariance table (Ba et al. 2016, Table 1), extended with RMSNorm"
 EPS = 1e-300

@@ -26,7 +26,7 @@ from normlab.lab.result import Check, ExperimentResult, Progress, Settings
 from normlab.lab.training import CharCorpus, TrainLog, load_corpus, single_threaded, train_lm
 from normlab.nn import TransformerLM
 
-__all__ = ["DETECTS", "CONFIGS", "NAME", "PEAK_LR", "TITLE", "run", "unigram_entropy"]
+__all__ = ["CONFIGS", "DETECTS", "NAME", "PEAK_LR", "TITLE", "run", "unigram_entropy"]
 
 DETECTS = ("Pre-LN and Post-LN placements swapped in the residual block",)
 NAME = "training_stability"

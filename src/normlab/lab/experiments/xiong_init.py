@@ -41,7 +41,7 @@ from normlab.lab.tables import markdown_table
 from normlab.lab.training import on_references
 from normlab.nn import LayerNorm, Linear, TransformerBlock, softmax_cross_entropy
 
-__all__ = ["DETECTS", "DEPTHS", "NAME", "TITLE", "last_ffn_grad_norms", "lemma2_profile", "run"]
+__all__ = ["DEPTHS", "DETECTS", "NAME", "TITLE", "last_ffn_grad_norms", "lemma2_profile", "run"]
 
 DETECTS = ("Pre-LN and Post-LN placements swapped in the residual block",)
 NAME = "xiong_init"
