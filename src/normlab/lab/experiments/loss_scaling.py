@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from normlab.lab.plotting import new_figure
-from normlab.lab.result import Check, ExperimentResult, Progress, Settings
+from normlab.lab.result import Check, ExperimentResult, NullProgress, Progress, Settings
 from normlab.lab.tables import markdown_table
 from normlab.lab.training import single_threaded
 from normlab.nn import Linear, Parameter, ReLU
@@ -157,11 +157,9 @@ def _train(settings: Settings, mode: str, steps: int, progress: Progress,
 def gradient_sample(settings: Settings, progress: Progress | None = None) -> np.ndarray:
     """Every backward signal of every 10th step of the fp32 run (as Figure 3), float32.
 
-    Exact zeros (ReLU) included. Also returns nothing else: :func:`measure` keeps the run.
+    Exact zeros (ReLU) included; the same values :func:`measure` histograms.
     """
     keep: list[np.ndarray] = []
-    from normlab.lab.result import NullProgress
-
     _train(settings, "fp32", _steps(settings), progress or NullProgress(), keep)
     return np.concatenate(keep).astype(np.float32)
 
@@ -307,7 +305,7 @@ def _plot_flush(flushed: np.ndarray, overflow: np.ndarray) -> Any:
 
 def _plot_training(runs: dict[str, dict[str, Any]]) -> Any:
     fig, (ax0, ax1) = new_figure(1, 2)
-    styles = {"fp32": {"lw": 3.0, "alpha": 0.5, "color": "k"},
+    styles: dict[str, dict[str, Any]] = {"fp32": {"lw": 3.0, "alpha": 0.5, "color": "k"},
               "fp16": {"ls": "-", "color": "tab:red"},
               "fp16+scaler": {"ls": "--", "color": "tab:purple", "marker": "o", "ms": 3}}
     for mode, out in runs.items():
