@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from normlab.lab.plotting import new_figure
+from normlab.lab.experiments._fp8_figures import plot_drift, plot_sweep
 from normlab.lab.result import Check, ExperimentResult, Progress, Settings
 from normlab.lab.tables import markdown_table
 from normlab.precision import (
@@ -245,42 +245,6 @@ def tables(m: dict[str, Any]) -> list[str]:
     return [markdown_table(header, rows)]
 
 
-def _plot_sweep(sweep: dict[str, np.ndarray]) -> Any:
-    fig, ax = new_figure(width=7.0)
-    styles = {"E4M3": ("tab:blue", "-"), "E5M2": ("tab:orange", "-"),
-              "E4M3 scaled": ("tab:blue", ":"), "E5M2 scaled": ("tab:orange", ":")}
-    for name, err in sweep.items():
-        color, ls = styles[name]
-        label = f"{name[:4]}, per-tensor current scaling" if "scaled" in name else f"{name}, cast"
-        ax.plot(2.0**LOG2_SCALES, err, color=color, ls=ls, label=label,
-                marker="o" if "scaled" in name else None, markevery=8, ms=3)
-    ax.set(xscale="log", yscale="log", ylim=(1e-2, 1.5), xlabel="tensor standard deviation s",
-           ylabel="relative RMS error", title="Casting N(0, s^2) to FP8 (saturating)")
-    ax.set_xscale("log", base=2)
-    ax.legend(fontsize=8)
-    return fig
-
-
-def _plot_drift(log2_s: np.ndarray, drift: dict[str, np.ndarray]) -> Any:
-    fig, (ax0, ax1) = new_figure(1, 2)
-    steps = np.arange(log2_s.size)
-    ax0.plot(steps, drift["current"], ls="-", label="current scaling (own amax)")
-    ax0.plot(steps, drift["delayed"], ls="--", marker=".",
-             label=f"delayed scaling (history {_HISTORY}, max)")
-    ax0.set(yscale="log", xlabel="step", ylabel="relative RMS error (E4M3)",
-            title="A tensor whose range drifts upwards")
-    ax0.legend(fontsize=8)
-    ax1.plot(steps, 2.0**log2_s, color="k", label="tensor std")
-    ax1.set(yscale="log", xlabel="step", ylabel="tensor standard deviation",
-            title="Scale drift and saturation")
-    twin = ax1.twinx()
-    twin.plot(steps, 100 * drift["saturated"], color="tab:red", label="saturated (delayed)")
-    twin.set_ylabel(f"% of values saturated at {FORMATS['E4M3'].max:g} (delayed)")
-    ax1.legend(loc="upper left", fontsize=8)
-    twin.legend(loc="lower right", fontsize=8)
-    return fig
-
-
 def run(settings: Settings, progress: Progress) -> ExperimentResult:
     """Sweep the tensor scale for both formats, then compare delayed and current scaling."""
     m = measure(settings, progress)
@@ -293,7 +257,8 @@ def run(settings: Settings, progress: Progress) -> ExperimentResult:
     )
     return ExperimentResult(
         name=NAME, title=TITLE, seed=settings.seed, summary=summary, checks=checks(m),
-        figures={"sweep": _plot_sweep(m["sweep"]), "drift": _plot_drift(m["log2_s"], m["drift"])},
+        figures={"sweep": plot_sweep(LOG2_SCALES, m["sweep"]),
+                 "drift": plot_drift(m["log2_s"], m["drift"], _HISTORY, FORMATS["E4M3"].max)},
         tables=tables(m),
         metrics={
             "log2_scales": LOG2_SCALES.tolist(),

@@ -34,7 +34,7 @@ from normlab.precision import (
     quantize,
 )
 
-__all__ = ["DETECTS", "NAME", "TITLE", "run", "swamping_ratio"]
+__all__ = ["DETECTS", "NAME", "TITLE", "checks", "measure", "run", "swamping_ratio", "tables"]
 
 NAME = "update_stall"
 TITLE = "bf16 weight updates that stall (Micikevicius et al. 2017; Zamirai et al. 2020)"
@@ -169,13 +169,8 @@ def _plot(curves: dict[str, np.ndarray], lr: float, table: dict[str, list[float]
     return fig
 
 
-def run(settings: Settings, progress: Progress) -> ExperimentResult:
-    """Run the least-squares comparison and measure the swamping thresholds."""
-    with single_threaded():  # tiny arrays: threads would only wait on each other
-        return _run(settings, progress)
-
-
-def _run(settings: Settings, progress: Progress) -> ExperimentResult:
+def measure(settings: Settings, progress: Progress) -> dict[str, Any]:
+    """Descend with every storage mode at every step size; the swamping thresholds."""
     d = settings.pick(32, 64, 256)
     rng = np.random.default_rng(settings.seed)
     a, b, w_star = _problem(rng, d)
@@ -194,11 +189,18 @@ def _run(settings: Settings, progress: Progress) -> ExperimentResult:
             if lr == _LRS[-1]:
                 curves[mode] = out["curve"]
             progress.advance()
+    swamp = {"fp16": swamping_ratio(FLOAT16), "bf16": swamping_ratio(BFLOAT16)}
+    return {"d": d, "floor": floor, "errors": errors, "finals": finals, "curves": curves,
+            "swamp": swamp}
+
+
+def checks(m: dict[str, Any]) -> list[Check]:
+    """Each criterion reads only the measured numbers ``m`` (see :func:`measure`)."""
+    floor, errors, finals, swamp = m["floor"], m["errors"], m["finals"], m["swamp"]
     near = np.array(errors["nearest"])
     growth = near[1:] / near[:-1]
-    worst = {m: max(finals[m]) / floor for m in MODES}  # the stored, last-step weights
-    swamp = {"fp16": swamping_ratio(FLOAT16), "bf16": swamping_ratio(BFLOAT16)}
-    checks = [
+    worst = {mode: max(finals[mode]) / floor for mode in MODES}  # the stored weights
+    found = [
         Check(
             source="Micikevicius et al. 2017, section 3.1",
             claim="With low-precision weights, updates below half an ulp are lost, so the "
@@ -220,7 +222,7 @@ def _run(settings: Settings, progress: Progress) -> ExperimentResult:
         ),
     ]
     for mode in ("master", "kahan", "stochastic"):
-        checks.append(
+        found.append(
             Check(
                 source="Micikevicius et al. 2017, section 3.1" if mode == "master"
                 else "Zamirai et al. 2020",
@@ -235,7 +237,7 @@ def _run(settings: Settings, progress: Progress) -> ExperimentResult:
                         "tail_ratio_to_floor": [e / floor for e in errors[mode]]},
             )
         )
-    checks.append(
+    found.append(
         Check(
             source="Micikevicius et al. 2017, section 3.1",
             claim="An update is lost when the weight is 2048x larger (fp16); bf16's 7 "
@@ -247,10 +249,24 @@ def _run(settings: Settings, progress: Progress) -> ExperimentResult:
             values=dict(swamp),
         )
     )
+    return found
+
+
+def tables(m: dict[str, Any]) -> list[str]:
+    """Error of each storage mode at each step size, last step and tail average."""
+    floor, errors, finals = m["floor"], m["errors"], m["finals"]
     header = ["weights", *(f"lr {lr:g}: last step (tail)" for lr in _LRS)]
     rows = [[_LABELS[mode], *(f"{f / floor:.2f}x ({e / floor:.2f}x)"
                                for e, f in zip(errors[mode], finals[mode], strict=True))]
             for mode in MODES]
+    return [markdown_table(header, rows)]
+
+
+def run(settings: Settings, progress: Progress) -> ExperimentResult:
+    """Run the least-squares comparison and measure the swamping thresholds."""
+    with single_threaded():  # tiny arrays: threads would only wait on each other
+        m = measure(settings, progress)
+    d, floor = m["d"], m["floor"]
     summary = (
         f"Gradient descent on a {4 * d}x{d} least-squares problem with the weights kept in "
         "bf16 four ways. Errors are RMS distances to the exact solution of the weights stored "
@@ -260,15 +276,15 @@ def _run(settings: Settings, progress: Progress) -> ExperimentResult:
         "rounded to bf16)."
     )
     return ExperimentResult(
-        name=NAME, title=TITLE, seed=settings.seed, summary=summary, checks=checks,
-        figures={"errors": _plot(curves, _LRS[-1], finals, floor)},
-        tables=[markdown_table(header, rows)],
+        name=NAME, title=TITLE, seed=settings.seed, summary=summary, checks=checks(m),
+        figures={"errors": _plot(m["curves"], _LRS[-1], m["finals"], floor)},
+        tables=tables(m),
         metrics={
             "storage_floor": floor,
             "learning_rates": list(_LRS),
-            "tail_error": errors,
-            "final_error": finals,
-            "swamping_ratio": swamp,
+            "tail_error": m["errors"],
+            "final_error": m["finals"],
+            "swamping_ratio": m["swamp"],
         },
         settings={"d": d, "n": 4 * d, "learning_rates": list(_LRS), "tail_fraction": _TAIL},
     )
