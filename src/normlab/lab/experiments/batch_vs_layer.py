@@ -26,6 +26,8 @@ Shapes: B sequences, T positions, C features.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from normlab import batch_norm_forward, layer_norm_forward
@@ -41,9 +43,12 @@ __all__ = [
     "DETECTS",
     "NAME",
     "TITLE",
+    "checks",
     "composition_changes",
+    "measure",
     "median_drift",
     "run",
+    "tables",
     "train_eval_gap",
 ]
 
@@ -186,8 +191,8 @@ def _figure1_checks(mlp: dict) -> list[Check]:
     ]
 
 
-def _run(settings: Settings, progress: Progress) -> ExperimentResult:
-    """Compare BatchNorm and LayerNorm on batch composition, decoding and train/eval."""
+def measure(settings: Settings, progress: Progress) -> dict[str, Any]:
+    """Composition and decoding changes, train/eval gaps per batch size, the Figure 1 MLP."""
     steps, probes = settings.pick((60, 30), (200, 200), (600, 1000))
     mlp_steps = settings.pick(300, 600, 2000)
     progress.start(2 + len(BATCH_SIZES), "BatchNorm vs LayerNorm")
@@ -199,13 +204,21 @@ def _run(settings: Settings, progress: Progress) -> ExperimentResult:
         progress.advance()
     mlp = ioffe_mlp(settings.seed, mlp_steps, 10)
     progress.advance()
+    return {"comp": comp, "gaps": gaps, "mlp": mlp, "steps": steps, "probes": probes,
+            "mlp_steps": mlp_steps}
+
+
+def checks(m: dict[str, Any]) -> list[Check]:
+    """Each criterion reads only the measured numbers ``m`` (see :func:`measure`)."""
+    comp, gaps = m["comp"], m["gaps"]
     g = [gaps[b] for b in BATCH_SIZES]
     # a broken eval mode can make the gaps 0: the check must then FAIL, not divide by zero
     ratio = g[0] / g[-1] if g[-1] > 0 else float("nan")
     monotone = bool(np.all(np.diff(g) < 0))
     ln_same = max(comp["ln_in_batches"], comp["ln_decode"])
     src = "chapter 16.1 (Ba et al. 2016; Ioffe & Szegedy 2015)"
-    checks = [
+    noise = float(np.sqrt(BATCH_SIZES[-1] / BATCH_SIZES[0]))  # sampling noise alone
+    return [
         Check(
             src,
             "LayerNorm gives an example the same output alone, in any batch, and decoded one "
@@ -232,14 +245,33 @@ def _run(settings: Settings, progress: Progress) -> ExperimentResult:
             "as the batch shrinks",
             f"gap falls strictly with batch size in {list(BATCH_SIZES)} and "
             f"gap(2) / gap(128) >= {GAP_RATIO_MIN:g}",
-            ", ".join(f"b={b}: {gaps[b]:.3f}" for b in BATCH_SIZES) + f"; ratio {ratio:.1f}",
+            ", ".join(f"b={b}: {gaps[b]:.3f}" for b in BATCH_SIZES) + f"; ratio {ratio:.1f} "
+            f"(sampling noise of the batch statistics alone predicts about {noise:.0f})",
             bool(monotone and ratio >= GAP_RATIO_MIN),
             {"gaps": {str(b): gaps[b] for b in BATCH_SIZES}, "ratio": ratio},
         ),
-        *_figure1_checks(mlp),
+        *_figure1_checks(m["mlp"]),
     ]
+
+
+def tables(m: dict[str, Any]) -> list[str]:
+    """The train/eval gap per batch size; the Figure 1 accuracies."""
     header = ["batch size", "mean abs(train - eval) BatchNorm", "LayerNorm"]
-    rows = [[b, f"{gaps[b]:.4f}", "0 (no modes)"] for b in BATCH_SIZES]
+    gaps = markdown_table(header, [[b, f"{m['gaps'][b]:.4f}", "0 (no modes)"]
+                                   for b in BATCH_SIZES])
+    mlp = m["mlp"]
+    acc = markdown_table(["step", "test accuracy without BatchNorm", "with BatchNorm"],
+                         [[t, f"{a:.3f}", f"{b:.3f}"] for t, a, b in zip(
+                             mlp["steps"], mlp["plain"]["accuracy"], mlp["bn"]["accuracy"],
+                             strict=True)])
+    return [gaps, acc]
+
+
+def _run(settings: Settings, progress: Progress) -> ExperimentResult:
+    """Compare BatchNorm and LayerNorm on batch composition, decoding and train/eval."""
+    m = measure(settings, progress)
+    comp, gaps, mlp = m["comp"], m["gaps"], m["mlp"]
+    steps, probes, mlp_steps = m["steps"], m["probes"], m["mlp_steps"]
     return ExperimentResult(
         name=NAME,
         title=TITLE,
@@ -254,9 +286,9 @@ def _run(settings: Settings, progress: Progress) -> ExperimentResult:
             f"Figure 1 of Ioffe & Szegedy: a 3 x 64 sigmoid MLP trained {mlp_steps} SGD steps "
             "(batch 60) with and without BatchNorm on a synthetic 10-class task."
         ),
-        checks=checks,
+        checks=checks(m),
         figures={"outputs": _figure(comp, gaps), "ioffe_fig1": ioffe_figure(mlp)},
-        tables=[markdown_table(header, rows)],
+        tables=tables(m),
         metrics={"composition": comp, "train_eval_gap": {str(b): v for b, v in gaps.items()},
                  "mlp_steps": mlp["steps"],
                  "mlp": {k: {"accuracy": mlp[k]["accuracy"].tolist(),
