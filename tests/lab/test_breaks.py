@@ -81,7 +81,7 @@ def test_master_weights_off_fails_update_stall(monkeypatch):
 
     def rounded_masters(self: MasterWeights) -> None:
         refresh(self)
-        for w, m in zip(self.working, self.params, strict=True):
+        for w, m in zip(self.working, self.masters, strict=True):
             m.data[...] = w.data  # the "fp32" master now holds only the bf16 value
 
     monkeypatch.setattr(MasterWeights, "refresh", rounded_masters)

@@ -142,7 +142,7 @@ def _train(settings: Settings, mode: str, steps: int, progress: Progress,
     net = _Net(f, h, np.random.default_rng([settings.seed, 40]))
     fp16 = mode != "fp32"
     master = MasterWeights(net.params, FLOAT16 if fp16 else FLOAT32)  # fp32 masters
-    opt = AdamW(master.params, lr=_LR, weight_decay=0.0)
+    opt = AdamW(master.masters, lr=_LR, weight_decay=0.0)
     scaler: DynamicLossScaler | StaticLossScaler = StaticLossScaler(1.0)
     if mode == "fp16+scaler":
         scaler = DynamicLossScaler(init_scale=INIT_SCALE, growth_interval=GROWTH_INTERVAL)
