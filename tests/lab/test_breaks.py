@@ -4,9 +4,10 @@ A criterion that cannot fail proves nothing. Each test below breaks one mechanis
 way a plausible bug would (monkeypatching the library for the duration of the test),
 runs the experiment that claims to detect it at its quick size, and asserts the status
 "fail": not "pass" (the break went unnoticed) and not "error" (the experiment crashed
-instead of judging). Every break here is listed in the experiment's ``DETECTS``; the test
-at the bottom checks that each listed break has a test (here or in
-``test_breaks_<experiment>.py``) by the name the registry below gives it.
+instead of judging). Every break here is listed in the experiment's ``DETECTS``, which the
+report prints; experiments added later keep their break tests in
+``test_breaks_<experiment>.py``. The tests at the bottom check that every experiment
+declares ``DETECTS`` and that each break the lab must catch is declared somewhere.
 """
 
 from __future__ import annotations
