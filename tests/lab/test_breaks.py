@@ -64,14 +64,23 @@ def test_unbroken_experiments_are_not_failing():
 # --- residual placement -------------------------------------------------------------
 
 
-def test_swapped_placement_fails_xiong_init(monkeypatch):
+def _swap_placements(monkeypatch: pytest.MonkeyPatch) -> None:
     init = Residual.__init__
 
     def swapped(self: Residual, sublayer: Any, norm: Any, placement: str = "pre") -> None:
         init(self, sublayer, norm, {"pre": "post", "post": "pre"}[placement])
 
     monkeypatch.setattr(Residual, "__init__", swapped)
+
+
+def test_swapped_placement_fails_xiong_init(monkeypatch):
+    _swap_placements(monkeypatch)
     assert _status("xiong_init") == "fail"
+
+
+def test_swapped_placement_fails_training_stability(monkeypatch):
+    _swap_placements(monkeypatch)
+    assert _status("training_stability") == "fail"
 
 
 # --- weight updates -------------------------------------------------------------------
