@@ -74,7 +74,7 @@ def _status(log: TrainLog, entropy: float) -> str:
 def _sizes(settings: Settings) -> dict[str, Any]:
     keys = ("steps", "seeds", "d", "layers", "context", "batch", "lrs")
     return dict(zip(keys, settings.pick(
-        (200, 1, 32, 4, 32, 16, (0.01, 0.03)),
+        (200, 1, 32, 4, 32, 16, (0.03,)),  # quick: the multi-seed lr only (smoke size)
         (250, 2, 32, 4, 32, 16, (0.003, 0.01, 0.02, 0.03, 0.06)),
         (500, 5, 32, 4, 32, 16, (0.001, 0.003, 0.01, 0.015, 0.02, 0.03, 0.05, 0.1)),
     ), strict=True))
