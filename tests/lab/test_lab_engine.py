@@ -13,7 +13,7 @@ import pytest
 from normlab.lab._markdown import to_html
 from normlab.lab.plotting import new_figure
 from normlab.lab.report import jsonable, run_report
-from normlab.lab.result import Check, ExperimentResult, NullProgress, Settings
+from normlab.lab.result import Check, ExperimentResult, ExperimentSkipped, NullProgress, Settings
 from normlab.lab.runner import exit_status, run_experiments
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -207,3 +207,21 @@ def test_not_reproduced_is_its_own_status_with_exit_zero_and_detects_are_listed(
     checks = [Check("P", "c", "k", "m", False, if_false="NOT REPRODUCED"),
               Check("P", "c", "k", "m", False)]
     assert ExperimentResult("x", "X", 0, "", checks=checks).verdict == "FAIL"
+
+
+def test_a_missing_optional_dependency_is_skipped_not_failed(tmp_path):
+    def run(settings: Settings, progress: object) -> ExperimentResult:
+        raise ExperimentSkipped('needs PyTorch: pip install ".[torch]"')
+
+    module = types.SimpleNamespace(NAME="opt", TITLE="Optional", run=run)
+    good = FAKES["good"]
+    status, outcomes, files = run_report(
+        ["opt", "good"], Settings(), tmp_path, loader={"opt": module, "good": good}.__getitem__
+    )
+    assert [o.status for o in outcomes] == ["skipped", "pass"] and status == 0
+    assert outcomes[0].error == 'needs PyTorch: pip install ".[torch]"'
+    md = files.markdown.read_text()
+    assert "**SKIPPED**" in md and 'pip install ".[torch]"' in md
+    # a skip never hides a failure beside it
+    bad = run_experiments(["bad"], Settings(), loader=FAKES.__getitem__)
+    assert exit_status([*outcomes, *bad]) == 1

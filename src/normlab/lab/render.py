@@ -30,7 +30,8 @@ __all__ = [
     "markdown_document",
 ]
 
-_STATUS = {"pass": "PASS", "fail": "FAIL", "not reproduced": "NOT REPRODUCED", "error": "ERROR"}
+_STATUS = {"pass": "PASS", "fail": "FAIL", "not reproduced": "NOT REPRODUCED",
+           "skipped": "SKIPPED", "error": "ERROR"}
 
 _CSS = """
 *, *::before, *::after { box-sizing: border-box; }
@@ -123,6 +124,9 @@ def experiment_markdown(index: int, outcome: Outcome, size: object = None) -> st
         f"{outcome.elapsed_s:.1f} s · **{_status_word(outcome)}**",
         "",
     ]
+    if outcome.status == "skipped":
+        reason = escape_cell(outcome.error or "an optional dependency is missing")
+        return "\n".join([*lines, f"**SKIPPED**: {reason}", "", *_detects_block(outcome)])
     if outcome.status == "error" or outcome.result is None:
         return "\n".join(lines + _error_block(outcome) + _detects_block(outcome))
     result = outcome.result

@@ -21,10 +21,23 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-__all__ = ["Check", "ExperimentResult", "NullProgress", "Progress", "Settings", "Verdict"]
+__all__ = [
+    "Check",
+    "ExperimentResult",
+    "ExperimentSkipped",
+    "NullProgress",
+    "Progress",
+    "Settings",
+    "Verdict",
+]
 
 Size = Literal["quick", "default", "full"]
 Verdict = Literal["PASS", "FAIL", "NOT REPRODUCED"]
+
+
+class ExperimentSkipped(Exception):
+    """Raised by ``run`` when an optional dependency is missing; the message says how to
+    install it. The runner reports the experiment as ``"skipped"``, not as a failure."""
 
 
 @dataclass(frozen=True)
