@@ -304,7 +304,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         info["compile"] = _compile_times()
     load_end = other_load()
     info["load_average_1min_end"] = None if load_end is None else load_end[0]
-    report(info, rows, ok, args.markdown, max([v for v in (load, load_end) if v] or [None]))
+    loads = [v for v in (load, load_end) if v is not None]
+    report(info, rows, ok, args.markdown, max(loads) if loads else None)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump({"info": info, "rows": rows, "correct": ok}, fh, indent=2)
