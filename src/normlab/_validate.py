@@ -73,8 +73,7 @@ def compute_dtype(dtype: Any) -> np.dtype:
     """The dtype statistics are accumulated in: float64 for float64, else float32.
 
     float16, bfloat16 and the fp8 types are widened to float32 (never computed in their own
-    precision); float32 stays float32; float64 (and longdouble) use float64, in either byte
-    order (a big-endian ``'>f8'`` is float64, never downgraded).
+    precision); float32 stays float32; float64 (and longdouble) use float64.
     """
     dt = native_dtype(dtype)  # '>f8' is float64 too: never a silent float32 downgrade
     if dt == np.float64 or (np.issubdtype(dt, np.floating) and dt.itemsize > 8):
@@ -201,25 +200,8 @@ def native_dtype(dtype: Any) -> np.dtype:
     return dt.newbyteorder("=") if dt.byteorder not in ("=", "|") else dt
 
 
-
-def as_native(arr: np.ndarray) -> np.ndarray:
-    """``arr`` in native byte order: itself when it already is, else a native copy.
-
-    Kernels and dtype decisions work on native arrays; a big-endian ``'>f8'`` input becomes
-    a native float64 copy (same values), so it is computed in float64, never in float32.
-
-    Example
-    -------
-    >>> as_native(np.array([1.5], dtype=">f8")).dtype == np.float64
-    True
-    """
-    if arr.dtype.byteorder in ("=", "|") or arr.dtype.isnative:
-        return arr
-    return arr.astype(arr.dtype.newbyteorder("="))
-
-
 def check_bool(value: Any, name: str) -> bool:
-    """A Python or NumPy bool (ints, including 0 and 1, are rejected)."""
+    """A bool (Python or numpy); 0/1 and other truthy objects are rejected."""
     if not isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{name} must be a bool (True or False); got {_describe(value)}")
     return bool(value)
@@ -271,6 +253,21 @@ def check_mapping(value: Any, name: str, what: str = "a state dict") -> Any:
     if not isinstance(value, Mapping):
         raise TypeError(f"{name} must be a mapping ({what}); got {_describe(value)}")
     return value
+
+
+def as_native(arr: np.ndarray) -> np.ndarray:
+    """``arr`` in native byte order: itself when it already is, else a native copy.
+
+    Kernels and dtype decisions work on native arrays; a big-endian ``'>f8'`` input becomes
+    a native float64 copy (same values), so it is computed in float64, never in float32.
+
+    Example
+    -------
+    >>> as_native(np.array([1.5], dtype=">f8")).dtype == np.float64
+    True
+    """
+    dt = native_dtype(arr.dtype)
+    return arr if dt == arr.dtype else arr.astype(dt)
 
 
 def check_eps_for(eps: float, dtype: Any, name: str = "eps") -> float:

@@ -45,7 +45,9 @@ __all__ = [
 ]
 
 # Values per block of a row sum: long enough for the vectorised loop, short enough that a
-# float32 block sum keeps ~1e-7 relative accuracy; block sums are added in float64.
+# float32 block sum keeps ~1e-7 relative accuracy; block sums are added in float64. Each
+# block is summed over a 1-d view with a loop from 0: LLVM vectorises that loop, not one
+# over range(j0, min(j0 + BLOCK, W)) (measured 30x slower).
 BLOCK = 1024
 
 # Row chunks of the parameter-gradient reduction: at least 64 (work for every thread), at
@@ -65,9 +67,10 @@ def _row_sum(a, r):
     W = a.shape[1]
     t = 0.0
     for j0 in range(0, W, BLOCK):
+        s = a[r, j0 : min(j0 + BLOCK, W)]  # a 1-d view: its loop vectorises
         b = a.dtype.type(0)
-        for j in range(j0, min(j0 + BLOCK, W)):
-            b += a[r, j]
+        for j in range(s.shape[0]):
+            b += s[j]
         t += b
     return t
 
@@ -78,9 +81,10 @@ def _row_sq_sum(a, r):
     W = a.shape[1]
     t = 0.0
     for j0 in range(0, W, BLOCK):
+        s = a[r, j0 : min(j0 + BLOCK, W)]
         b = a.dtype.type(0)
-        for j in range(j0, min(j0 + BLOCK, W)):
-            b += a[r, j] * a[r, j]
+        for j in range(s.shape[0]):
+            b += s[j] * s[j]
         t += b
     return t
 
@@ -101,10 +105,11 @@ def _ln_row(a, r, first_sum, gamma, beta, eps, out, mean, rstd):
     c = 0.0
     v = 0.0
     for j0 in range(0, W, BLOCK):
+        s = a[r, j0 : min(j0 + BLOCK, W)]
         cb = zero
         vb = zero
-        for j in range(j0, min(j0 + BLOCK, W)):
-            d = a[r, j] - mu0
+        for j in range(s.shape[0]):
+            d = s[j] - mu0
             cb += d
             vb += d * d
         c += cb
@@ -167,12 +172,14 @@ def layer_norm_bwd(dy, x, mean, rstd, gamma, dres, dx, pg, pb):
             a = 0.0  # sum_j g dy
             b = 0.0  # sum_j g dy x_hat
             for j0 in range(0, W, BLOCK):
+                j1 = min(j0 + BLOCK, W)
+                dys, xs, gs = dy[r, j0:j1], x[r, j0:j1], gamma[j0:j1]  # 1-d views
                 ab = zero
                 bb = zero
-                for j in range(j0, min(j0 + BLOCK, W)):
-                    gd = dy[r, j] * gamma[j]
+                for j in range(xs.shape[0]):
+                    gd = dys[j] * gs[j]
                     ab += gd
-                    bb += gd * ((x[r, j] - mu) * rs)
+                    bb += gd * ((xs[j] - mu) * rs)
                 a += ab
                 b += bb
             a_t = x.dtype.type(a / W)
@@ -203,9 +210,11 @@ def rms_norm_bwd(dy, x, rstd, gain, dres, dx, pg):
             rs = x.dtype.type(rstd[r])
             b = 0.0  # sum_j g dy x_hat
             for j0 in range(0, W, BLOCK):
+                j1 = min(j0 + BLOCK, W)
+                dys, xs, gs = dy[r, j0:j1], x[r, j0:j1], gain[j0:j1]  # 1-d views
                 bb = zero
-                for j in range(j0, min(j0 + BLOCK, W)):
-                    bb += dy[r, j] * gain[j] * (x[r, j] * rs)
+                for j in range(xs.shape[0]):
+                    bb += dys[j] * gs[j] * (xs[j] * rs)
                 b += bb
             b_t = x.dtype.type(b / W)
             for j in range(W):
