@@ -63,10 +63,21 @@ _ML_FLOAT_DTYPES = frozenset(
 )
 
 
+# Answers per np.dtype instance (a handful of dtypes per process): the hot path of every
+# public call is then one dict lookup instead of np.issubdtype (~1 us each).
+_IS_FLOAT: dict[np.dtype, bool] = {}
+_COMPUTE: dict[np.dtype, np.dtype] = {}
+
+
 def is_float_dtype(dtype: Any) -> bool:
     """True for numpy's real floating dtypes and the ml_dtypes float types (bfloat16, fp8...)."""
+    known = _IS_FLOAT.get(dtype) if isinstance(dtype, np.dtype) else None
+    if known is not None:
+        return known
     dt = np.dtype(dtype)
-    return bool(np.issubdtype(dt, np.floating)) or dt in _ML_FLOAT_DTYPES
+    result = bool(np.issubdtype(dt, np.floating)) or dt in _ML_FLOAT_DTYPES
+    _IS_FLOAT[dt] = result
+    return result
 
 
 def compute_dtype(dtype: Any) -> np.dtype:
@@ -75,10 +86,14 @@ def compute_dtype(dtype: Any) -> np.dtype:
     float16, bfloat16 and the fp8 types are widened to float32 (never computed in their own
     precision); float32 stays float32; float64 (and longdouble) use float64.
     """
+    known = _COMPUTE.get(dtype) if isinstance(dtype, np.dtype) else None
+    if known is not None:
+        return known
     dt = native_dtype(dtype)  # '>f8' is float64 too: never a silent float32 downgrade
-    if dt == np.float64 or (np.issubdtype(dt, np.floating) and dt.itemsize > 8):
-        return np.dtype(np.float64)
-    return np.dtype(np.float32)
+    wide = dt == np.float64 or (np.issubdtype(dt, np.floating) and dt.itemsize > 8)
+    result = np.dtype(np.float64 if wide else np.float32)
+    _COMPUTE[np.dtype(dtype)] = result
+    return result
 
 
 def _describe(x: Any) -> str:
@@ -270,6 +285,9 @@ def as_native(arr: np.ndarray) -> np.ndarray:
     return arr if dt == arr.dtype else arr.astype(dt)
 
 
+_TINY: dict[np.dtype, float] = {}  # np.finfo(dtype).tiny per dtype (finfo costs ~2 us)
+
+
 def check_eps_for(eps: float, dtype: Any, name: str = "eps") -> float:
     """eps (already checked by :func:`check_eps`) must be a normal number of ``dtype``.
 
@@ -277,7 +295,9 @@ def check_eps_for(eps: float, dtype: Any, name: str = "eps") -> float:
     flushed or subnormal in the compute dtype and ``1/sqrt(var + eps)`` overflows for a
     constant row, so the result would not be finite.
     """
-    tiny = float(np.finfo(dtype).tiny)
+    tiny = _TINY.get(dtype) if isinstance(dtype, np.dtype) else None
+    if tiny is None:
+        tiny = _TINY.setdefault(np.dtype(dtype), float(np.finfo(dtype).tiny))
     if eps < tiny:
         raise ValueError(
             f"{name} must be >= {tiny:.3g} (the smallest normal {np.dtype(dtype).name}, the "

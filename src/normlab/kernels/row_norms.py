@@ -60,7 +60,7 @@ def _ln_backward(dout: np.ndarray, dres: np.ndarray | None, cache: LayerNormCach
         return NotImplemented
     x2 = rows_of(x, k)  # (R, W)
     r, w = x2.shape
-    kk = jit.chunk_count(r)
+    kk = jit.chunk_count(r, w)
     pg, pb = np.empty((kk, w), x.dtype), np.empty((kk, w), x.dtype)  # (K, W) partial sums
     dx = np.empty((r, w), x.dtype)
     res = _NO_RES.astype(x.dtype) if dres is None else _grad_rows(dres, x2)
@@ -113,7 +113,7 @@ def _rms_backward(dout: np.ndarray, dres: np.ndarray | None, cache: RMSNormCache
         return NotImplemented
     x2 = rows_of(x, k)  # (R, W)
     r, w = x2.shape
-    pg = np.empty((jit.chunk_count(r), w), x.dtype)  # (K, W) partial sums
+    pg = np.empty((jit.chunk_count(r, w), w), x.dtype)  # (K, W) partial sums
     dx = np.empty((r, w), x.dtype)
     res = _NO_RES.astype(x.dtype) if dres is None else _grad_rows(dres, x2)
     gain = _gain(cache.weight, cache.offset, w, x.dtype)

@@ -17,9 +17,10 @@ Backward reads x and dout once and writes dx once: the first sweep forms both ro
 sum(g * dy) and sum(g * dy * x_hat), the second writes dx and adds dy * x_hat, dy into the
 chunk's parameter-gradient row.
 
-Determinism: parameter gradients are reduced per fixed chunk of rows (K depends only on R,
-never on the thread count; at most 256 rows a chunk), and the K partial rows are summed in
-float64 in chunk order afterwards, so results are bit-identical on 1 or N threads.
+Determinism: parameter gradients are reduced per fixed chunk of rows (K depends only on the
+shape, never on the thread count; at most 256 rows a chunk: :func:`chunk_count`), and the K
+partial rows are summed in float64 in chunk order afterwards, so results are bit-identical
+on 1 or N threads.
 
 ``fastmath`` is limited to reassociation and contraction (vectorised sums, fused
 multiply-add): it changes the last bits of a sum, as any summation order does, never NaN/inf
@@ -31,6 +32,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from normlab.kernels import _adapt
 from normlab.kernels._adapt import FAST, jit
 
 __all__ = [
@@ -56,8 +58,16 @@ _MIN_CHUNKS = 64
 _MAX_CHUNK_ROWS = 256
 
 
-def chunk_count(rows: int) -> int:
-    """Number of row chunks K used by the parameter-gradient reduction (depends on R only)."""
+def chunk_count(rows: int, width: int | None = None) -> int:
+    """Number of row chunks K of the parameter-gradient reduction (depends on the shape only).
+
+    With ``width`` given and ``rows * width`` below ``PARALLEL_MIN_ELEMENTS`` the kernel
+    runs serially (:func:`normlab.kernels._adapt.launch`), so no chunk is needed for a
+    thread: K = ceil(R / 256), one chunk up to 256 rows, and the (K, W) partials stay as
+    small as the parameter itself (a small-batch backward then skips a pass over R x W).
+    """
+    if width is not None and rows * width < _adapt.PARALLEL_MIN_ELEMENTS:
+        return max(1, -(-rows // _MAX_CHUNK_ROWS))
     return max(1, min(rows, max(_MIN_CHUNKS, -(-rows // _MAX_CHUNK_ROWS))))
 
 

@@ -27,6 +27,7 @@ from normlab.norms._common import (
     check_param,
     compute_dtype_of,
     resolve_normalized_ndim,
+    trailing_dims_why,
 )
 
 __all__ = ["layer_norm_backward", "layer_norm_forward"]
@@ -40,7 +41,7 @@ def _validate_layer_norm(
     eps = check_eps(eps)
     k = resolve_normalized_ndim(x, normalized_ndim, gamma, beta)
     feat = tuple(x.shape[x.ndim - k :])
-    what = f"the {k} normalised trailing dim(s) of x, x.shape = {x.shape}"
+    what = trailing_dims_why(x, k)
     gamma = check_param(gamma, "gamma", feat, what)
     beta = check_param(beta, "beta", feat, what)
     eps = check_eps_range(eps, x, gamma, beta)

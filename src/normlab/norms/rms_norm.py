@@ -26,6 +26,7 @@ from normlab.norms._common import (
     check_param,
     compute_dtype_of,
     resolve_normalized_ndim,
+    trailing_dims_why,
 )
 
 __all__ = ["rms_norm_backward", "rms_norm_forward"]
@@ -40,7 +41,7 @@ def _validate_rms_norm(
     offset = check_finite_real(offset, "offset")
     k = resolve_normalized_ndim(x, normalized_ndim, weight, names=("weight",))
     feat = tuple(x.shape[x.ndim - k :])
-    what = f"the {k} normalised trailing dim(s) of x, x.shape = {x.shape}"
+    what = trailing_dims_why(x, k)
     weight = check_param(weight, "weight", feat, what)
     eps = check_eps_range(eps, x, weight)
     return x, weight, eps, offset, k
