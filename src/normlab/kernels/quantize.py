@@ -18,6 +18,12 @@ exponent bits, bias 127, IEEE inf/NaN, subnormals, signed; bf16 is the common ca
 the bit trick of :func:`normlab.kernels.quantize_jit.round_nearest_same_range`, saturate or not.
 Eligibility is read from the Format's fields, not its name.
 
+Narrow fast path: round-to-nearest of float32 to a format with fewer exponent bits (fp8,
+fp6, fp4: 1 <= m <= 22, emin >= -126) is
+:func:`normlab.kernels.quantize_jit.round_nearest_narrow`: the same bit trick in the
+target's normal range and one float32 addition below it, then the generic overflow and
+special-value rules; the extra pass for formats without zero or sign still follows.
+
 Stochastic rounding draws the same words as the reference: ``splitmix64(seed + i)`` on the
 flat C-order index i, computed per element inside the loop (no N-sized word array), or the
 caller's ``random_bits``. The result does not depend on the thread count.
@@ -89,6 +95,22 @@ def _same_range_as_float32(fmt: Format, mode: RoundingMode, dtype: np.dtype) -> 
     )
 
 
+def _narrow_nearest(fmt: Format, mode: RoundingMode, dtype: np.dtype) -> bool:
+    """Whether ``round_nearest_narrow`` serves this call (float32 input, nearest-even).
+
+    Any target with 1 <= m <= 22 mantissa bits and emin >= -126 (its normal range lies in
+    float32's, its smallest quantum 2^(emin - m) is a float32): the fp8, fp6 and fp4
+    formats. m = 0 (E8M0) is excluded: there ties go up, not to an even exponent.
+    """
+    return (
+        mode is RoundingMode.NEAREST
+        and dtype == np.dtype(np.float32)
+        and 1 <= fmt.mantissa_bits < _INPUT[dtype][1]
+        and fmt.emin >= _MIN_EXP[dtype]
+        and fmt.emin - fmt.mantissa_bits >= _MIN_EXP[dtype] - _INPUT[dtype][1]
+    )
+
+
 @register("quantize")
 def quantize(
     x: np.ndarray,
@@ -111,7 +133,9 @@ def quantize(
         return out.view(x.dtype).reshape(x.shape)
     args = (xb, out, *_params(fmt, mode, saturate, x.dtype))
     n = x.size
-    if mode is RoundingMode.STOCHASTIC:
+    if _narrow_nearest(fmt, mode, x.dtype):
+        launch(jit.round_nearest_narrow, n, *args)
+    elif mode is RoundingMode.STOCHASTIC:
         if random_bits is not None:
             words = np.ascontiguousarray(random_bits).reshape(-1)
             launch(jit.round_stochastic, n, *args, words, np.uint64(0), False)
