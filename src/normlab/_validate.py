@@ -29,6 +29,7 @@ __all__ = [
     "check_int",
     "check_mapping",
     "check_nonneg",
+    "check_out",
     "check_positive",
     "check_probability",
     "check_shape",
@@ -261,6 +262,41 @@ def check_writeable(arr: Any, name: str, why: str = "it is updated in place") ->
         raise ValueError(f"{name} must be writeable ({why}); got a read-only array of shape "
                          f"{arr.shape}")
     return arr
+
+
+def check_out(out: Any, shape: tuple[int, ...], dtype: np.dtype, name: str = "out",
+              inputs: Sequence[tuple[str, np.ndarray | None, bool]] = ()) -> np.ndarray | None:
+    """An ``out=`` buffer: None, or a writeable C-contiguous ndarray of ``shape`` and ``dtype``.
+
+    ``inputs`` lists ``(name, array, may_alias)``: ``out`` may be exactly the same memory as
+    an input whose ``may_alias`` is True (an elementwise op reads each element before it
+    writes it), and must not overlap any other input, nor an aliasable one partially.
+    """
+    if out is None:
+        return None
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"{name} must be a numpy ndarray or None; got {_describe(out)}")
+    if out.dtype != dtype:
+        raise TypeError(f"{name} must have dtype {np.dtype(dtype)} (the result's dtype); got "
+                        f"dtype {out.dtype}")
+    if tuple(out.shape) != tuple(shape):
+        raise ValueError(f"{name} must have shape {tuple(shape)} (the result's shape); got "
+                         f"shape {out.shape}")
+    if not out.flags.c_contiguous:
+        raise ValueError(f"{name} must be C-contiguous; got strides {out.strides} for shape "
+                         f"{out.shape} (pass np.empty(shape, dtype) or np.ascontiguousarray)")
+    if not out.flags.writeable:
+        raise ValueError(f"{name} must be writeable; got a read-only array of shape {out.shape}")
+    for other, arr, may_alias in inputs:
+        if arr is None or not np.shares_memory(out, arr):
+            continue
+        same = (may_alias and arr.shape == out.shape and arr.strides == out.strides
+                and arr.__array_interface__["data"][0] == out.__array_interface__["data"][0])
+        if not same:
+            allowed = f"{other} itself (in place) or" if may_alias else ""
+            raise ValueError(f"{name} overlaps {other}; pass {allowed} an array that shares "
+                             f"no memory with {other}")
+    return out
 
 
 def check_mapping(value: Any, name: str, what: str = "a state dict") -> Any:

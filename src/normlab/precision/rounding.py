@@ -38,11 +38,13 @@ ml_dtypes (and torch's float8_e8m0fnu cast) map every float32 subnormal above 2^
 2^-126; normlab does not copy that: the same value must not round differently by dtype.
 
 Kernel seam: after validation :func:`quantize` calls ``normlab._backend.kernel("quantize")``
-and, if one is registered, ``k(x, fmt, mode, saturate, seed, random_bits)`` with x the
+and, if one is registered, ``k(x, fmt, mode, saturate, seed, random_bits[, out])`` with x the
 validated float32/float64 ndarray, fmt a Format, mode a :class:`RoundingMode`, saturate a
 bool, seed an int in [0, 2^64) or None (words then come from
 :func:`normlab.precision.random_bits.stochastic_words`), random_bits a uint64 array of x's
-shape or None. It returns the rounded array (x's dtype and shape) or NotImplemented.
+shape or None, and, only when the caller passed ``out=``, out: the validated buffer (x
+itself, or disjoint from x). It returns the rounded array (x's dtype and shape; ``out``
+when given) or NotImplemented, having written nothing.
 Modes in ``REFERENCE_ONLY_MODES`` (the directed modes, newer than the kernel) always run
 the reference: the kernel is not asked. For the fnuz formats the kernel's -0 results are
 turned into +0 here (the kernel knows no fnuz convention; everything else it computes
@@ -62,7 +64,7 @@ from typing import Any
 import numpy as np
 
 from normlab import _backend
-from normlab._validate import check_generator
+from normlab._validate import check_generator, check_out
 from normlab.precision.formats import Format, get_format
 from normlab.precision.random_bits import stochastic_words
 
@@ -264,6 +266,7 @@ def quantize(
     rng: np.random.Generator | None = None,
     seed: int | None = None,
     random_bits: np.ndarray | None = None,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
     """Round ``x`` to the values of ``fmt``; the result keeps x's dtype (float32/float64).
 
@@ -292,19 +295,25 @@ def quantize(
         Stochastic mode: explicit random words, one per element.
         Exactly one of ``rng``, ``seed``, ``random_bits`` is required by the stochastic
         mode; the deterministic modes ignore a single one, and more than one is an error.
+    out : ndarray, optional
+        Where to write the result (NumPy's convention): x's shape and (native) dtype,
+        C-contiguous and writeable; ``out=x`` rounds in place. It must not overlap x
+        partially, nor random_bits. The same bits as without ``out``.
 
     Returns
     -------
-    ndarray of x's dtype and shape holding values of ``fmt`` (or inf/NaN as above).
+    ndarray of x's dtype and shape holding values of ``fmt`` (or inf/NaN as above); ``out``
+    itself when given.
 
     Raises
     ------
     TypeError
         x not float32/float64 (integers included); rng not a Generator; seed not an int;
-        random_bits not uint64.
+        random_bits not uint64; out not an ndarray of x's dtype.
     ValueError
         Unknown format or mode; stochastic without randomness, or with more than one
-        source; seed outside [0, 2^64); random_bits of another shape.
+        source; seed outside [0, 2^64); random_bits of another shape; out of another shape,
+        not C-contiguous, read-only or overlapping x partially (or random_bits).
 
     Notes
     -----
@@ -328,14 +337,15 @@ def quantize(
     if not isinstance(saturate, (bool, np.bool_)):
         raise TypeError(f"saturate must be a bool; got {saturate!r}")
     seed_, words = _randomness(mode, rng, seed, random_bits, arr.shape)
+    dest = check_out(out, arr.shape, arr.dtype, inputs=(("x", arr, True),
+                                                         ("random_bits", words, False)))
     if mode in REFERENCE_ONLY_MODES:
-        return quantize_reference(arr, fmt, mode, bool(saturate), seed_, words)
-    out: np.ndarray = _backend.dispatch(
-        "quantize", quantize_reference, arr, fmt, mode, bool(saturate), seed_, words
-    )
+        return quantize_reference(arr, fmt, mode, bool(saturate), seed_, words, dest)
+    args = (arr, fmt, mode, bool(saturate), seed_, words) + (() if dest is None else (dest,))
+    result: np.ndarray = _backend.dispatch("quantize", quantize_reference, *args)
     if not fmt.has_negative_zero and fmt.signed:
-        out[out == 0] = 0  # fnuz: no -0 (the kernel knows no fnuz convention)
-    return out
+        result[result == 0] = 0  # fnuz: no -0 (the kernel knows no fnuz convention)
+    return result
 
 
 def _randomness(
@@ -378,9 +388,12 @@ def _check_words(random_bits: Any, shape: tuple[int, ...]) -> np.ndarray:
 
 def quantize_reference(
     x: np.ndarray, fmt: Format, mode: RoundingMode, saturate: bool, seed: int | None,
-    words: np.ndarray | None,
+    words: np.ndarray | None, out: np.ndarray | None = None,
 ) -> np.ndarray:
     """The NumPy reference behind :func:`quantize` (validated arguments, no dispatch).
+
+    ``out`` (validated: x's shape and dtype, C-contiguous, x itself or disjoint from it)
+    receives the result, chunk by chunk; each chunk of x is read before it is written.
 
     Rounds ``REFERENCE_CHUNK`` elements at a time (flattened C order) into the result, so
     the integer temporaries (about 40 bytes per float32 element) cost a fixed few MiB,
@@ -389,7 +402,8 @@ def quantize_reference(
     at i0 draws ``stochastic_words(seed + i0, ...)``), so chunking changes no bit.
     """
     flat = np.ascontiguousarray(x).reshape(-1)  # (N,)
-    out = np.empty(flat.shape, x.dtype)  # (N,)
+    dest = np.empty(x.shape, x.dtype) if out is None else out
+    flat_out = dest.reshape(-1)  # (N,) a view: dest is C-contiguous
     flat_words = None if words is None else np.ascontiguousarray(words).reshape(-1)
     for i0 in range(0, flat.size, REFERENCE_CHUNK):
         part = flat[i0 : i0 + REFERENCE_CHUNK]  # (C,)
@@ -397,6 +411,6 @@ def quantize_reference(
         if mode is RoundingMode.STOCHASTIC and w is None:
             assert seed is not None
             w = stochastic_words((seed + i0) % 2**64, part.shape)
-        out[i0 : i0 + REFERENCE_CHUNK] = assemble(
+        flat_out[i0 : i0 + REFERENCE_CHUNK] = assemble(
             *round_components(part, fmt, mode, saturate, w), x.dtype)
-    return out.reshape(x.shape)
+    return dest
