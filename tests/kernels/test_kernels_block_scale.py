@@ -21,6 +21,14 @@ from normlab.precision import (  # noqa: E402
 )
 
 
+@pytest.fixture(autouse=True)
+def _parallel_even_when_small(monkeypatch):
+    """Small test arrays still take the parallel version (normally serial below 2^17)."""
+    from normlab.kernels import _adapt
+
+    monkeypatch.setattr(_adapt, "PARALLEL_MIN_ELEMENTS", 0)
+
+
 def _x(rng, shape, dtype):
     x = (rng.standard_normal(shape) * np.exp2(rng.integers(-30, 30, shape))).astype(dtype)
     flat = x.reshape(-1)

@@ -206,3 +206,15 @@ def test_big_endian_input_is_scaled_in_float64():
     x = np.array([1.0625 + 2.0**-40], dtype=">f8")
     assert fp8_quantize(x, "e4m3", 1.0).data.tolist() == [1.125]
     assert fp8_quantize(x.astype(np.float32), "e4m3", 1.0).data.tolist() == [1.0]
+
+
+def test_state_dict_through_normlab_checkpoint(tmp_path):
+    from normlab import checkpoint
+
+    meta = Fp8Meta(DelayedScaling(amax_history_len=4))
+    meta.quantize(np.array([3.0], np.float32))
+    meta.update()
+    checkpoint.save(tmp_path / "c.npz", {"fp8": meta.state_dict()})
+    other = Fp8Meta(DelayedScaling(amax_history_len=4))
+    other.load_state_dict(checkpoint.load(tmp_path / "c.npz")["fp8"])
+    assert other.scale == meta.scale and other.amax_history.tolist() == [0.0, 0.0, 0.0, 3.0]

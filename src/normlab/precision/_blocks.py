@@ -58,11 +58,11 @@ def block_amax(x: np.ndarray, block: tuple[int, ...]) -> np.ndarray:
     Returns shape ``lead + (nR, nC)`` for 2-D blocks, ``lead + (nC,)`` for 1-D; float64
     (x's dtype when the kernel serves it: the same values).
     """
-    k = _backend.kernel("block_amax")
-    if k is not None:
-        out = k(x, block)
-        if out is not NotImplemented:
-            return out
+    out: np.ndarray = _backend.dispatch("block_amax", _block_amax_reference, x, block)
+    return out
+
+
+def _block_amax_reference(x: np.ndarray, block: tuple[int, ...]) -> np.ndarray:
     t = np.abs(_tiles(x.astype(np.float64), block))  # A,nR,r,nC,c
     m = t.max(axis=(2, 4))  # A,nR,nC
     lead = x.shape[: x.ndim - len(block)]

@@ -102,6 +102,13 @@ def blockwise_quantize(
     Raises
     ------
     TypeError / ValueError: non-float x, bad fmt, block shape, epsilon or flag.
+
+    Example
+    -------
+    >>> x = np.array([[3.0, 0.25], [-1.0, 0.0]], np.float32)  # one 2 x 2 block, amax 3
+    >>> t = blockwise_quantize(x, block_shape=(2, 2), power_of_2_scales=True)
+    >>> t.scales.tolist(), t.data.tolist()   # 448 / 3 = 149.3 -> 128 (power of two)
+    ([[128.0]], [[384.0, 32.0], [-128.0, 0.0]])
     """
     arr = as_float_array(x, "x", min_ndim=1)
     f = get_format(fmt)
@@ -117,5 +124,5 @@ def blockwise_quantize(
         inv = (_F32(1.0) / scales).astype(np.float32)
         work = _blocks.work_dtype(arr)
         scaled = _blocks.multiply_blocks(arr.astype(work, copy=False), scales.astype(work), block)
-        data = quantize(scaled, f, saturate=True).astype(np.float32)
+        data = quantize(scaled, f, saturate=True).astype(np.float32, copy=False)
     return BlockwiseTensor(data, scales, inv, f, block)

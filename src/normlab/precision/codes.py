@@ -180,7 +180,7 @@ def to_ml_dtypes(x: Any, fmt: Format | str, **quantize_options: Any) -> np.ndarr
     x : ndarray of float32 or float64
     fmt : Format or str, a named format (float32, float16, bfloat16, fp8, fp6, fp4, E8M0)
     **quantize_options
-        rounding, saturate, rng, random_bits: passed to :func:`quantize`.
+        rounding, saturate, rng, seed, random_bits: passed to :func:`quantize`.
 
     Returns
     -------

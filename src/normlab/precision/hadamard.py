@@ -26,7 +26,7 @@ import numpy as np
 
 from normlab._validate import as_float_array, check_int
 from normlab.precision import _blocks
-from normlab.precision.random_bits import splitmix64
+from normlab.precision.random_bits import check_seed, splitmix64
 
 __all__ = ["hadamard_matrix", "inverse_random_hadamard_transform",
            "random_hadamard_transform"]
@@ -50,11 +50,7 @@ def hadamard_matrix(b: int) -> np.ndarray:
 
 
 def _signs(seed: Any, b: int) -> np.ndarray:
-    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
-        raise TypeError(f"seed must be an int in [0, 2**64); got {type(seed).__name__} {seed!r}")
-    if not 0 <= int(seed) < 2**64:
-        raise ValueError(f"seed must be an int in [0, 2**64); got {seed}")
-    counter = np.arange(b, dtype=np.uint64) + np.uint64(int(seed))  # b, wraps mod 2^64
+    counter = np.arange(b, dtype=np.uint64) + np.uint64(check_seed(seed))  # b, mod 2^64
     return 1.0 - 2.0 * (splitmix64(counter) >> np.uint64(63)).astype(np.float64)  # b
 
 

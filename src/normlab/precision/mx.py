@@ -216,7 +216,7 @@ def mx_quantize(
     factor = np.ldexp(np.ones(code.shape), -np.where(bad, 0, code - 127)).astype(work)
     with np.errstate(over="ignore", invalid="ignore"):
         scaled = _blocks.multiply_blocks(moved.astype(work, copy=False), factor, (k,))
-    elems = quantize(scaled, fmt, saturate=True).astype(np.float32)  # ...,N
+    elems = quantize(scaled, fmt, saturate=True).astype(np.float32, copy=False)  # ...,N
     if bad.any():
         elems[_blocks.expand(bad, (k,), elems.shape)] = np.nan
     return MXTensor(

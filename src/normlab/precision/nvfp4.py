@@ -165,4 +165,4 @@ def nvfp4_quantize(
         elems = quantize(scaled, FLOAT4_E2M1FN, rounding=RoundingMode(rounding),
                          saturate=True, rng=rng, seed=seed, random_bits=random_bits)
     stored = scales if len(block) == 2 else np.moveaxis(scales, -1, ax)
-    return NVFP4Tensor(elems.astype(np.float32), stored, float(s_dec), block, ax)
+    return NVFP4Tensor(elems.astype(np.float32, copy=False), stored, float(s_dec), block, ax)

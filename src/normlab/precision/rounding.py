@@ -37,8 +37,9 @@ and from float64 alike, and 1.5 * 2^-127 (a tie; m = 0, so it goes up) gives 2^-
 ml_dtypes (and torch's float8_e8m0fnu cast) map every float32 subnormal above 2^-127 to
 2^-126; normlab does not copy that: the same value must not round differently by dtype.
 
-Kernel seam: after validation :func:`quantize` calls ``normlab._backend.kernel("quantize")``
-and, if one is registered, ``k(x, fmt, mode, saturate, seed, random_bits[, out])`` with x the
+Kernel seam: after validation :func:`quantize` calls ``normlab._backend.dispatch`` with the
+name ``"quantize"``, and a registered kernel gets ``k(x, fmt, mode, saturate, seed,
+random_bits[, out])`` with x the
 validated float32/float64 ndarray, fmt a Format, mode a :class:`RoundingMode`, saturate a
 bool, seed an int in [0, 2^64) or None (words then come from
 :func:`normlab.precision.random_bits.stochastic_words`), random_bits a uint64 array of x's
@@ -64,9 +65,9 @@ from typing import Any
 import numpy as np
 
 from normlab import _backend
-from normlab._validate import check_generator, check_out
+from normlab._validate import check_out
 from normlab.precision.formats import Format, get_format
-from normlab.precision.random_bits import stochastic_words
+from normlab.precision.random_bits import stochastic_source, stochastic_words
 
 __all__ = ["RoundingMode", "quantize"]
 
@@ -82,8 +83,8 @@ class RoundingMode(enum.Enum):
     TOWARD_NEGATIVE = "toward_negative"  # down to the next value <= x (floor)
 
 
-# Served only by the reference (the registered kernel predates them).
 REFERENCE_CHUNK = 1 << 16  # elements the reference rounds at once (bounds its temporaries)
+# Served only by the reference (the registered kernel predates them).
 REFERENCE_ONLY_MODES = frozenset({RoundingMode.TOWARD_POSITIVE, RoundingMode.TOWARD_NEGATIVE})
 
 
@@ -336,54 +337,17 @@ def quantize(
     mode = _check_mode(rounding)
     if not isinstance(saturate, (bool, np.bool_)):
         raise TypeError(f"saturate must be a bool; got {saturate!r}")
-    seed_, words = _randomness(mode, rng, seed, random_bits, arr.shape)
+    seed_, words = stochastic_source(mode is RoundingMode.STOCHASTIC, rng, seed, random_bits,
+                                     arr.shape)
     dest = check_out(out, arr.shape, arr.dtype, inputs=(("x", arr, True),
                                                          ("random_bits", words, False)))
-    if mode in REFERENCE_ONLY_MODES:
+    if mode in REFERENCE_ONLY_MODES:  # the kernel predates these modes: do not ask it
         return quantize_reference(arr, fmt, mode, bool(saturate), seed_, words, dest)
     args = (arr, fmt, mode, bool(saturate), seed_, words) + (() if dest is None else (dest,))
     result: np.ndarray = _backend.dispatch("quantize", quantize_reference, *args)
     if not fmt.has_negative_zero and fmt.signed:
         result[result == 0] = 0  # fnuz: no -0 (the kernel knows no fnuz convention)
     return result
-
-
-def _randomness(
-    mode: RoundingMode, rng: Any, seed: Any, random_bits: Any, shape: tuple[int, ...]
-) -> tuple[int | None, np.ndarray | None]:
-    """Validate the randomness arguments: (seed, words) for the kernel seam."""
-    given = [n for n, v in (("rng", rng), ("seed", seed), ("random_bits", random_bits))
-             if v is not None]
-    if len(given) > 1 or (mode is RoundingMode.STOCHASTIC and not given):
-        raise ValueError(
-            "stochastic rounding needs exactly one source of randomness: rng= (a "
-            "numpy.random.Generator), seed= (an int in [0, 2**64)) or random_bits= (uint64 "
-            f"words of x's shape); got {given or 'none'}"
-        )
-    if mode is not RoundingMode.STOCHASTIC:
-        return None, None
-    if random_bits is not None:
-        return None, _check_words(random_bits, shape)
-    if rng is not None:
-        return int(check_generator(rng).integers(0, 2**63, dtype=np.int64)), None
-    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
-        raise TypeError(f"seed must be an int in [0, 2**64); got {type(seed).__name__} {seed!r}")
-    if not 0 <= int(seed) < 2**64:
-        raise ValueError(f"seed must be an int in [0, 2**64); got {seed}")
-    return int(seed), None
-
-
-def _check_words(random_bits: Any, shape: tuple[int, ...]) -> np.ndarray:
-    if not isinstance(random_bits, np.ndarray) or random_bits.dtype != np.uint64:
-        raise TypeError(
-            "random_bits must be a numpy array of dtype uint64; got "
-            f"{getattr(random_bits, 'dtype', type(random_bits).__name__)}"
-        )
-    if random_bits.shape != shape:
-        raise ValueError(
-            f"random_bits must have x's shape {shape}; got shape {random_bits.shape}"
-        )
-    return random_bits
 
 
 def quantize_reference(
