@@ -293,8 +293,8 @@ def check_out(out: Any, shape: tuple[int, ...], dtype: np.dtype, name: str = "ou
         same = (may_alias and arr.shape == out.shape and arr.strides == out.strides
                 and arr.__array_interface__["data"][0] == out.__array_interface__["data"][0])
         if not same:
-            allowed = f"{other} itself (in place) or" if may_alias else ""
-            raise ValueError(f"{name} overlaps {other}; pass {allowed} an array that shares "
+            allowed = f"{other} itself (in place) or " if may_alias else ""
+            raise ValueError(f"{name} overlaps {other}; pass {allowed}an array that shares "
                              f"no memory with {other}")
     return out
 
