@@ -35,7 +35,7 @@ def _ratio(a: float | None, b: float | None) -> str:
 
 def _cells(r: dict[str, Any]) -> list[str]:
     nls = r.get("normlab_s")
-    first, rest = r["op"].split(" ", 1)
+    first, rest = r["op"].split(" ", 1)  # "layer_norm fwd+bwd" -> "LayerNorm fwd+bwd"
     spread = r.get("normlab_spread")
     return [f"{_OP_NAMES.get(first, first)} {rest}", "x".join(map(str, r["shape"])),
             _fmt_t(nls), _fmt_t(r.get("normlab_min_s")),

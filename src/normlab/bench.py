@@ -19,6 +19,8 @@ Ops and the bytes they must move (float32, R x W):
   the time per call is overhead (validation, dispatch, allocation), not bandwidth: no bound.
 * quantize to bf16 and fp8 E4M3 (nearest): read x, write the result: 2 arrays. Compared
   with the ml_dtypes round trip ``x.astype(dtype).astype(np.float32)``.
+* the same norms and quantize with ``out=`` buffers allocated once ("out=" rows): no page
+  zero-fill of new results, so their bound is the plain copy bound.
 
 Also reported: peak extra memory of a norm forward+backward (tracemalloc) and first-call
 compile time of the kernels, measured in child processes with an empty and then a warm
@@ -178,6 +180,45 @@ def _bench_norm(name: str, shape: tuple[int, int], ctx: dict[str, Any]) -> dict[
     return row
 
 
+def _bench_norm_out(name: str, shape: tuple[int, int], ctx: dict[str, Any]) -> dict[str, Any]:
+    """fwd+bwd into preallocated ``out=`` buffers: no page zero-fill, so the plain bound."""
+    case = _norm_case(name, shape, ctx["rng"])
+    x, dy, g, b = case["x"], case["dy"], case["g"], case["b"]
+    y, dx, dg, db = np.empty_like(x), np.empty_like(x), np.empty_like(g), np.empty_like(b)
+    if name == "layer_norm":
+        def fwd_bwd() -> Any:
+            _, cache = nl.layer_norm_forward(x, g, b, out=y)
+            return nl.layer_norm_backward(dy, cache, out=(dx, dg, db))
+    else:
+        def fwd_bwd() -> Any:
+            _, cache = nl.rms_norm_forward(x, g, out=y)
+            return nl.rms_norm_backward(dy, cache, out=(dx, dg))
+    row: dict[str, Any] = {"op": f"{name} fwd+bwd out=", "shape": list(shape)}
+    if ctx["kernels"]:
+        fwd_bwd()
+        out, cache = case["fwd"](x, g)
+        same = np.array_equal(y, out) and np.array_equal(dx, case["bwd"](dy, cache)[0])
+        row["check"] = {"same_as_new_arrays": bool(same)}
+        _time(row, "normlab", fwd_bwd, ctx)
+    row["bound_s"] = row["bound_alloc_s"] = 5 * x.nbytes / ctx["bandwidth"]
+    return row
+
+
+def _bench_quantize_out(fmt: str, shape: tuple[int, int], ctx: dict[str, Any]
+                        ) -> dict[str, Any]:
+    """quantize into a preallocated ``out=`` buffer (2 passes over memory, nothing new)."""
+    x = ctx["rng"].standard_normal(shape, dtype=np.float32) * 4
+    buf = np.empty_like(x)
+    row: dict[str, Any] = {"op": f"quantize {fmt} nearest out=", "shape": list(shape)}
+    if ctx["kernels"]:
+        same = np.array_equal(quantize(x, fmt, out=buf).view(np.uint32),
+                              quantize(x, fmt).view(np.uint32))
+        row["check"] = {"same_as_new_array": bool(same)}
+        _time(row, "normlab", lambda: quantize(x, fmt, out=buf), ctx)
+    row["bound_s"] = row["bound_alloc_s"] = 2 * x.nbytes / ctx["bandwidth"]
+    return row
+
+
 def _bench_quantize(fmt: str, shape: tuple[int, int], ctx: dict[str, Any]) -> dict[str, Any]:
     """Kernel and ml_dtypes on the whole array; the (slow) NumPy reference on a block of
     leading rows (about 2^20 values, 2^16 with --quick), checked bit for bit against the
@@ -296,6 +337,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for shape in large:
         rows += [_bench_norm(name, shape, ctx) for name in ("layer_norm", "rms_norm")]
         rows += [_bench_quantize(fmt, shape, ctx) for fmt in ("bf16", "e4m3")]
+        rows += [_bench_norm_out(name, shape, ctx) for name in ("layer_norm", "rms_norm")]
+        rows += [_bench_quantize_out(fmt, shape, ctx) for fmt in ("bf16", "e4m3")]
     ok = all(
         (v <= 1.0 if isinstance(v, float) else v)
         for r in rows for v in r.get("check", {}).values()

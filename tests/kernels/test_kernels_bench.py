@@ -26,13 +26,16 @@ def test_quick_run_checks_and_writes_json(tmp_path, capsys):
     ops = {(r["op"], tuple(r["shape"])) for r in report["rows"]}
     for shape in ((8, 64), (64, 512)):  # the small-size rows: norms only
         assert {("layer_norm fwd+bwd", shape), ("rms_norm fwd+bwd", shape)} <= ops
-    assert {op for op, _ in ops} == {"layer_norm fwd+bwd", "rms_norm fwd+bwd",
-                                     "quantize bf16 nearest", "quantize e4m3 nearest"}
+    plain = {"layer_norm fwd+bwd", "rms_norm fwd+bwd", "quantize bf16 nearest",
+             "quantize e4m3 nearest"}
+    assert {op for op, _ in ops} == plain | {op + " out=" for op in plain}
     for row in report["rows"]:
-        assert 0 < row["normlab_min_s"] <= row["normlab_s"] and row["numpy_s"] > 0
+        assert 0 < row["normlab_min_s"] <= row["normlab_s"]
+        assert row["op"].endswith("out=") or row["numpy_s"] > 0
         assert row["normlab_spread"] >= 0 and row["normlab_samples"] >= 10
         assert row["check"]  # correctness was checked before timing
         assert ("bound_s" in row) == (tuple(row["shape"]) not in bench.SMALL_SHAPES)
+        assert all(v is True or (isinstance(v, float) and v <= 1) for v in row["check"].values())
     text = capsys.readouterr().out
     assert "correctness: ok" in text and "PyTorch / normlab" in text
     assert "{" not in text  # the raw JSON only goes to the --json file
