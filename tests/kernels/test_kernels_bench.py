@@ -15,6 +15,7 @@ import pytest
 pytest.importorskip("numba")
 
 from normlab import _bench_table, bench
+from normlab._bench_cases import SMALL_SHAPES
 from normlab._timing import measure
 
 
@@ -34,7 +35,7 @@ def test_quick_run_checks_and_writes_json(tmp_path, capsys):
         assert row["op"].endswith("out=") or row["numpy_s"] > 0
         assert row["normlab_spread"] >= 0 and row["normlab_samples"] >= 10
         assert row["check"]  # correctness was checked before timing
-        assert ("bound_s" in row) == (tuple(row["shape"]) not in bench.SMALL_SHAPES)
+        assert ("bound_s" in row) == (tuple(row["shape"]) not in SMALL_SHAPES)
         assert all(v is True or (isinstance(v, float) and v <= 1) for v in row["check"].values())
     text = capsys.readouterr().out
     assert "correctness: ok" in text and "PyTorch / normlab" in text
