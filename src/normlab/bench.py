@@ -79,6 +79,15 @@ def _torch() -> Any:
         return None
 
 
+def _torch_quantize_rows(shape: tuple[int, int], repeats: int) -> list[dict[str, Any]]:
+    """normlab.torch.quantize rows (normlab.torch.bench), when the torch extra is there."""
+    try:
+        from normlab.torch.bench import quantize_rows
+    except ImportError:
+        return []
+    return quantize_rows(shape, ("bf16", "e4m3"), repeats=repeats)
+
+
 _COMPILE_SNIPPET = """
 import time, numpy as np
 t0 = time.perf_counter()
@@ -179,15 +188,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         (v <= 1.0 if isinstance(v, float) else v)
         for r in rows for v in r.get("check", {}).values()
     )
+    torch_rows = (_torch_quantize_rows(large[0], 3 if args.quick else 5) if ctx["torch"]
+                  else [])
+    ok = ok and all(r["bit_identical"] for r in torch_rows)
     if kernels and not args.no_compile:
         info["compile"] = _compile_times()
     load_end = other_load()
     info["load_average_1min_end"] = None if load_end is None else load_end[0]
     loads = [v for v in (load, load_end) if v is not None]
     report(info, rows, ok, args.markdown, max(loads) if loads else None)
+    if torch_rows:
+        from normlab.torch.bench import format_rows
+
+        print("normlab.torch.quantize (CPU target: within 3x of numba; CUDA: within 2x of "
+              "an fp8 round trip)")
+        print(format_rows(torch_rows))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump({"info": info, "rows": rows, "correct": ok}, fh, indent=2)
+            json.dump({"info": info, "rows": rows, "torch_rows": torch_rows, "correct": ok},
+                      fh, indent=2)
     return 0 if ok else 1
 
 

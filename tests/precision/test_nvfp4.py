@@ -157,3 +157,19 @@ def test_bad_arguments(kwargs, exc, match):
         nvfp4_quantize(np.ones((16, 16), np.float32), **kwargs)
     with pytest.raises(TypeError, match="x must"):
         nvfp4_quantize(np.ones(16, np.int32))
+
+
+def test_block_scale_follows_te_operation_order() -> None:
+    # TE (core_nvfp4.cuh, compute_decoding_scaling_factor) rounds S_enc * (1/6) to float32
+    # first, then multiplies by the block amax. For these two float32 values that product is
+    # exactly 1.0625, the tie between the E4M3 codes 1.0 and 1.125 (ties to even: 1.0), while
+    # the other association, (amax_b * (1/6)) * S_enc, lands one ulp above the tie (-> 1.125).
+    f = np.float32
+    amax_t, amax_b = f(18.38990592956543), f(0.043614454567432404)
+    s_enc = f(f(2688.0) / amax_t)
+    assert f(amax_b * f(s_enc * f(1.0 / 6.0))) == f(1.0625)
+    assert f(f(amax_b * f(1.0 / 6.0)) * s_enc) > f(1.0625)
+    x = np.zeros(16, np.float32)
+    x[3] = amax_b
+    t = nvfp4_quantize(x, tensor_amax=float(amax_t))
+    np.testing.assert_array_equal(t.block_scales, np.array([1.0], np.float32), strict=True)

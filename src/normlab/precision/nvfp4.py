@@ -11,7 +11,7 @@ and ``compute_decoding_scaling_factor``; recipe ``NVFP4BlockScaling``; NVIDIA,
 - tensor encode scale ``S_enc = (448 * 6) / amax_t`` (amax_t = max |x|, or ``tensor_amax``);
   ``min(S_enc, FLT_MAX)``; 1 when amax_t is 0, inf or NaN (TE: 0 and inf); ``S_dec =
   float32(1 / S_enc)`` is the stored ``tensor_scale``;
-- block decode scale ``s_b = e4m3_sat(float32(amax_b * float32(1/6)) * S_enc)`` (amax_b =
+- block decode scale ``s_b = e4m3_sat(amax_b * float32(S_enc * float32(1/6)))`` (amax_b =
   max |x| over the block, round to nearest, saturating to 448): ``block_scales``;
 - element encode scale ``e_b = min(float32(1 / float32(s_b * S_dec)), FLT_MAX)`` (FLT_MAX
   for a zero block scale), elements ``q = e2m1_sat(x * e_b)`` (x * e_b in float32; in
@@ -156,7 +156,9 @@ def nvfp4_quantize(
     s_enc, s_dec = _tensor_scales(amax_t)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         amax_b = amax_raw.astype(np.float32)
-        s_b = ((amax_b * _F32(1.0 / 6.0)).astype(np.float32) * s_enc).astype(np.float32)
+        # TE's operation order (core_nvfp4.cuh, compute_decoding_scaling_factor):
+        # amax_b * (S_enc * (1/6)), each product rounded to float32
+        s_b = (amax_b * _F32(s_enc * _F32(1.0 / 6.0))).astype(np.float32)
         scales = quantize(s_b, FLOAT8_E4M3FN, saturate=True)  # block grid, float32
         inv = np.minimum(_F32(1.0) / (scales * s_dec).astype(np.float32), _F32_MAX)
         work = _blocks.work_dtype(arr)
