@@ -79,7 +79,10 @@ def backend() -> str:
     stack = getattr(_OVERRIDE, "stack", None)
     if stack:
         return str(stack[-1])
-    value = os.environ.get("NORMLAB_BACKEND", "numba").strip().lower() or "numba"
+    raw = os.environ.get("NORMLAB_BACKEND")
+    if raw is None:  # the common case, checked first: this runs on every call
+        return "numba"
+    value = raw.strip().lower() or "numba"
     if value not in _BACKENDS:
         raise ValueError(f"NORMLAB_BACKEND must be one of {_BACKENDS}; got {value!r}")
     return value
@@ -232,7 +235,9 @@ def _recover_import(exc: BaseException) -> bool:
 
 def kernel(name: str) -> Callable[..., Any] | None:
     """The compiled kernel registered for ``name``, or None when the reference must run."""
-    if backend() == "numpy" or name in _DISABLED or not _load():
+    if backend() == "numpy" or name in _DISABLED:
+        return None
+    if not (_STATE["available"] if _STATE["loaded"] else _load()):  # no lock once loaded
         return None
     return _REGISTRY.get(name)
 

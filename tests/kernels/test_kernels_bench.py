@@ -14,30 +14,53 @@ import pytest
 
 pytest.importorskip("numba")
 
-from normlab import bench
+from normlab import _bench_table, bench
+from normlab._bench_cases import SMALL_SHAPES
+from normlab._timing import measure
 
 
 def test_quick_run_checks_and_writes_json(tmp_path, capsys):
     path = tmp_path / "bench.json"
-    assert bench.main(["--quick", "--no-compile", "--repeats", "1", "--json", str(path)]) == 0
+    assert bench.main(["--quick", "--no-compile", "--budget", "0.05", "--json", str(path)]) == 0
     report = json.loads(path.read_text())
     assert report["correct"] is True and report["info"]["kernels"] is True
-    ops = {r["op"] for r in report["rows"]}
-    assert ops == {"layer_norm fwd+bwd", "rms_norm fwd+bwd", "quantize bf16 nearest",
-                   "quantize e4m3 nearest"}
+    ops = {(r["op"], tuple(r["shape"])) for r in report["rows"]}
+    for shape in ((8, 64), (64, 512)):  # the small-size rows: norms only
+        assert {("layer_norm fwd+bwd", shape), ("rms_norm fwd+bwd", shape)} <= ops
+    plain = {"layer_norm fwd+bwd", "rms_norm fwd+bwd", "quantize bf16 nearest",
+             "quantize e4m3 nearest"}
+    assert {op for op, _ in ops} == plain | {op + " out=" for op in plain}
     for row in report["rows"]:
-        assert row["normlab_s"] > 0 and row["numpy_s"] > 0 and row["bound_s"] > 0
+        assert 0 < row["normlab_min_s"] <= row["normlab_s"]
+        assert row["op"].endswith("out=") or row["numpy_s"] > 0
+        assert row["normlab_spread"] >= 0 and row["normlab_samples"] >= 10
         assert row["check"]  # correctness was checked before timing
+        assert ("bound_s" in row) == (tuple(row["shape"]) not in SMALL_SHAPES)
+        assert all(v is True or (isinstance(v, float) and v <= 1) for v in row["check"].values())
     text = capsys.readouterr().out
-    assert "correctness: ok" in text and "vs torch" in text
+    assert "correctness: ok" in text and "PyTorch / normlab" in text
+    assert "{" not in text  # the raw JSON only goes to the --json file
+    assert "normlab median" in text and "spread" in text
 
 
-def test_help_lists_the_options(capsys):
-    with pytest.raises(SystemExit):
-        bench.main(["--help"])
-    out = capsys.readouterr().out
-    for option in ("--quick", "--json", "--repeats", "--no-compile"):
-        assert option in out
+def test_markdown_table_and_noise_warnings():
+    row = {"op": "rms_norm fwd+bwd", "shape": [8, 64], "normlab_s": 2e-5, "normlab_min_s": 1e-5,
+           "normlab_spread": 0.25, "torch_s": 4e-5, "torch_min_s": 3e-5, "torch_spread": 0.01}
+    md = _bench_table.table([row], markdown=True).splitlines()
+    assert md[0].startswith("| op (float32) | shape | normlab median |")
+    assert md[2] == ("| RMSNorm fwd+bwd | 8x64 | 20.0 us | 10.0 us | 25% | - | 40.0 us | - | - "
+                     "| - | - | 2.00x | - |")
+    warnings = _bench_table._noise_warnings([row], (3.0, 2))
+    assert "load average 3.00 on 2 cores" in warnings[0]
+    assert "1 timings have a spread above 10%" in warnings[1] and "normlab rms_norm" in warnings[1]
+    assert _bench_table._noise_warnings([{**row, "normlab_spread": 0.05}], (0.1, 2)) == []
+
+
+def test_measure_reports_min_median_spread():
+    calls = []
+    t = measure(lambda: calls.append(1), budget_s=0.05, batch=4)
+    assert 0 < t.min_s <= t.median_s and t.spread >= 0 and t.samples >= 8
+    assert len(calls) >= t.samples  # each sample is a loop of at least one call (+ warm-up)
 
 
 def test_everything_works_without_numba():

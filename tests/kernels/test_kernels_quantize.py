@@ -277,3 +277,48 @@ def test_bf16_specials_by_hand():
         np.testing.assert_array_equal(_reference_bits(x, bf16, saturate), want)
         for threads in _thread_counts():
             np.testing.assert_array_equal(_kernel_bits(x, bf16, saturate, threads), want)
+
+
+# ----- the narrow fast path (float32 -> fp8 / fp6 / fp4, NEAREST) ---------------------
+NARROW_FORMATS = [f for f in FORMATS if f.exponent_bits < 8 and f.mantissa_bits >= 1] + [
+    get_format(name) for name in ("e4m3fnuz", "e5m2fnuz", "e4m3b11fnuz")]
+
+
+def test_narrow_path_eligibility_is_read_from_the_format_fields():
+    ok = _quantize._narrow_nearest
+    f32, f64, near = np.dtype(np.float32), np.dtype(np.float64), RoundingMode.NEAREST
+    for name in ("e4m3", "e5m2", "fp6_e2m3", "fp6_e3m2", "fp4_e2m1", "fp16", "e4m3fnuz"):
+        fmt = get_format(name)
+        assert ok(fmt, near, f32), name
+        assert not ok(fmt, near, f64)
+        assert not any(ok(fmt, mode, f32) for mode in MODES if mode is not near)
+    for name in ("e8m0", "fp32"):  # m = 0 (ties go up), nothing to drop
+        assert not ok(get_format(name), near, f32), name
+
+
+@pytest.mark.parametrize("fmt", NARROW_FORMATS, ids=lambda f: f.name)
+def test_narrow_formats_every_code_neighbourhood_matches_reference(fmt, monkeypatch):
+    """Every float32 pattern at and around each rounding boundary (normal range: the E8My
+    neighbourhoods with m = the target's; subnormal range: the grid's midpoints and their
+    neighbours), random patterns, specials; 1 and 2 threads, saturate on and off."""
+    from normlab.kernels import quantize_jit
+
+    def generic(*args):
+        raise AssertionError("the generic round_nearest kernel was called")
+
+    monkeypatch.setattr(quantize_jit, "round_nearest", generic)
+    with np.errstate(over="ignore"):
+        grid = _grid(fmt).astype(np.float32)
+    near = _neighbourhoods(fmt.mantissa_bits) if fmt.mantissa_bits <= 7 else grid[:0]
+    x = np.concatenate([near, grid, -grid,  # fp16: the grid alone has every code
+                        _inputs(np.float32, fmt), _random_bits(1 << 16, fmt.bits)])
+    for saturate in (False, True):
+        with np.errstate(all="ignore"):
+            ref = _bits(quantize_reference(x, fmt, RoundingMode.NEAREST, saturate, None, None))
+        for threads in _thread_counts():
+            got = _kernel_bits(x, fmt, saturate, threads)
+            if not fmt.has_negative_zero and fmt.signed:  # fnuz: quantize turns -0 into +0
+                got = np.where(got == 0x80000000, np.uint32(0), got)
+            bad = np.flatnonzero(got != ref)
+            assert bad.size == 0, (saturate, threads, _bits(x)[bad[:4]], got[bad[:4]],
+                                   ref[bad[:4]])

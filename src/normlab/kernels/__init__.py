@@ -26,4 +26,7 @@ from normlab.kernels import (
     row_norms,  # noqa: F401  (registers the LayerNorm / RMSNorm / add+norm kernels)
 )
 
-__all__: list[str] = []
+# the benchmark's bandwidth yardstick and thread count (not ops of the library)
+from normlab.kernels._copy import num_threads, parallel_copy
+
+__all__ = ["num_threads", "parallel_copy"]

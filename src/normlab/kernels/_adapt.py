@@ -112,6 +112,8 @@ def same_dtype(x: np.ndarray, *others: np.ndarray | None) -> bool:
 
 def rows_of(a: np.ndarray, k: int) -> np.ndarray:
     """a as a C-contiguous (R, W) array over its last k dims (a view when already contiguous)."""
+    if k == 1 and a.ndim == 2 and a.flags.c_contiguous:
+        return a  # already (R, W): skip the view (a small call's overhead is its setup)
     w = math.prod(a.shape[a.ndim - k :])
     return np.ascontiguousarray(a).reshape(-1, w)  # (R, W)
 
@@ -120,6 +122,8 @@ def vec(p: np.ndarray | None, n: int, dtype: np.dtype, fill: float) -> np.ndarra
     """A parameter flattened to (n,), or a constant vector standing in for None."""
     if p is None:
         return np.full(n, fill, dtype)
+    if p.ndim == 1 and p.flags.c_contiguous:
+        return p
     return np.ascontiguousarray(p).reshape(n)
 
 
@@ -127,4 +131,6 @@ def reduce_chunks(part: np.ndarray, like: np.ndarray | None) -> np.ndarray | Non
     """Sum (K, W) chunk partials in chunk order in float64; the parameter's shape and dtype."""
     if like is None:
         return None
+    if part.shape[0] == 1 and part.dtype == like.dtype:  # one chunk: the sum is the row
+        return part.reshape(like.shape)
     return part.sum(axis=0, dtype=np.float64).astype(like.dtype).reshape(like.shape)

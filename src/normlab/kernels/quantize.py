@@ -18,6 +18,18 @@ exponent bits, bias 127, IEEE inf/NaN, subnormals, signed; bf16 is the common ca
 the bit trick of :func:`normlab.kernels.quantize_jit.round_nearest_same_range`, saturate or not.
 Eligibility is read from the Format's fields, not its name.
 
+Narrow fast path: round-to-nearest of float32 to a format with fewer exponent bits (fp8,
+fp6, fp4: 1 <= m <= 22, emin >= -126) is
+:func:`normlab.kernels.quantize_jit.round_nearest_narrow`: the same bit trick in the
+target's normal range and one float32 addition below it, then the generic overflow and
+special-value rules; the extra pass for formats without zero or sign still follows.
+
+``out=`` (the seam's last argument, validated by :func:`normlab._validate.check_out`): the
+loops write straight into it, no new array (the page zero-fill of a fresh result is half
+the cost of a memory-bound quantize). In place (``out`` is x) every loop reads element i
+before writing it; only the extra pass of formats without zero or sign reads x again, so
+there the result goes to a scratch array first.
+
 Stochastic rounding draws the same words as the reference: ``splitmix64(seed + i)`` on the
 flat C-order index i, computed per element inside the loop (no N-sized word array), or the
 caller's ``random_bits``. The result does not depend on the thread count.
@@ -89,6 +101,22 @@ def _same_range_as_float32(fmt: Format, mode: RoundingMode, dtype: np.dtype) -> 
     )
 
 
+def _narrow_nearest(fmt: Format, mode: RoundingMode, dtype: np.dtype) -> bool:
+    """Whether ``round_nearest_narrow`` serves this call (float32 input, nearest-even).
+
+    Any target with 1 <= m <= 22 mantissa bits and emin >= -126 (its normal range lies in
+    float32's, its smallest quantum 2^(emin - m) is a float32): the fp8, fp6 and fp4
+    formats. m = 0 (E8M0) is excluded: there ties go up, not to an even exponent.
+    """
+    return (
+        mode is RoundingMode.NEAREST
+        and dtype == np.dtype(np.float32)
+        and 1 <= fmt.mantissa_bits < _INPUT[dtype][1]
+        and fmt.emin >= _MIN_EXP[dtype]
+        and fmt.emin - fmt.mantissa_bits >= _MIN_EXP[dtype] - _INPUT[dtype][1]
+    )
+
+
 @register("quantize")
 def quantize(
     x: np.ndarray,
@@ -97,21 +125,41 @@ def quantize(
     saturate: bool,
     seed: int | None,
     random_bits: np.ndarray | None,
+    dest: np.ndarray | None = None,
 ) -> Any:
-    """Kernel of ``quantize_reference``: one pass, x's dtype and shape."""
+    """Kernel of ``quantize_reference``: one pass, x's dtype and shape (into ``dest``)."""
     if x.dtype not in _INPUT or fmt.emin < _MIN_EXP[x.dtype]:
         return NotImplemented
-    utype, F = _INPUT[x.dtype]
+    utype = _INPUT[x.dtype][0]
     xb = np.ascontiguousarray(x).reshape(-1).view(utype)  # (N,)
-    out = np.empty_like(xb)
+    fix = not fmt.has_zero or not fmt.signed  # a second pass that reads x again
+    if dest is None or (fix and np.shares_memory(dest, x)):
+        out = np.empty_like(xb)
+    else:
+        out = dest.reshape(-1).view(utype)  # (N,) dest is C-contiguous: a view
+    _round_into(xb, out, x, fmt, mode, saturate, seed, random_bits)
+    if dest is None:
+        return out.view(x.dtype).reshape(x.shape)
+    if not np.shares_memory(out, dest):  # in place with a second pass: copy at the end
+        np.copyto(dest.reshape(-1).view(utype), out)
+    return dest
+
+
+def _round_into(xb: np.ndarray, out: np.ndarray, x: np.ndarray, fmt: Format,
+                mode: RoundingMode, saturate: bool, seed: int | None,
+                random_bits: np.ndarray | None) -> None:
+    """The rounding passes of :func:`quantize` from the bits ``xb`` into ``out`` (N,)."""
+    utype, F = _INPUT[x.dtype]
     if _same_range_as_float32(fmt, mode, x.dtype):
         # saturate: overflow and inf become max; otherwise the carry past max is inf already
         cap = _bits(fmt.max if saturate else np.inf, x.dtype, utype)
         launch(jit.round_nearest_same_range, x.size, xb, out, utype(F - fmt.mantissa_bits), cap)
-        return out.view(x.dtype).reshape(x.shape)
+        return
     args = (xb, out, *_params(fmt, mode, saturate, x.dtype))
     n = x.size
-    if mode is RoundingMode.STOCHASTIC:
+    if _narrow_nearest(fmt, mode, x.dtype):
+        launch(jit.round_nearest_narrow, n, *args)
+    elif mode is RoundingMode.STOCHASTIC:
         if random_bits is not None:
             words = np.ascontiguousarray(random_bits).reshape(-1)
             launch(jit.round_stochastic, n, *args, words, np.uint64(0), False)
@@ -124,4 +172,3 @@ def quantize(
         minnorm = _bits(2.0**fmt.emin, x.dtype, utype)
         launch(jit.fix_unsigned_or_zeroless, n, xb, out, minnorm, args[-1], not fmt.has_zero,
                not fmt.signed)
-    return out.view(x.dtype).reshape(x.shape)

@@ -42,6 +42,7 @@ __all__ = [
     "fix_unsigned_or_zeroless",
     "round_away",
     "round_nearest",
+    "round_nearest_narrow",
     "round_nearest_same_range",
     "round_stochastic",
     "round_zero",
@@ -145,6 +146,42 @@ def round_nearest_same_range(xbits, out, d, cap):
         r = u(u(u(a + bias) + u(u(a >> sh) & one)) & u(~low))
         r = r if r < cap else cap
         r = qnan if a > infb else r
+        out[i] = u(r | s)
+
+
+@jit()
+def round_nearest_narrow(xbits, out, m, emin, qbits, maxbits, ovf, flush_bits,
+                         inf_out, nan_keep, nan_out):
+    """Round float32 to nearest even for a target with fewer exponent bits (fp8/fp6/fp4).
+
+    Same arguments and results as :func:`round_nearest` (float32 bits, 1 <= m <= 22,
+    emin >= -126), without its per-element exponent decode. Where |x| >= 2^emin the
+    target's quantum is 2^(E - m), d = 23 - m low bits of the float32 pattern go: the bit
+    trick of :func:`round_nearest_same_range` (the kept lsb is the target's mantissa lsb,
+    so a tie goes to even). Below 2^emin the quantum is q = 2^(emin - m) for every input,
+    and one float32 addition rounds to it: with C = 2^(emin - m + 23), C + |x| lies in
+    [C, 2C), whose spacing is q, so the hardware's round-to-nearest-even gives C + n q
+    with n even on a tie, and (C + |x|) - C = n q exactly. No fastmath: the addition and
+    subtraction are kept as written. Overflow, flush, inf and NaN rules as in ``_join``.
+    """
+    u, M, B, signbit, infb = _consts(xbits)
+    one = u(1)
+    sh = u(M - m)
+    low = u(u(one << sh) - one)
+    bias = u(low >> one)
+    minnorm = u(u(emin + B) << u(M))  # bits of 2^emin
+    c = np.uint32(u(emin - m + M + B) << u(M)).view(np.float32)  # C = 2^(emin - m + 23)
+    for i in prange(xbits.shape[0]):
+        s = u(xbits[i] & signbit)
+        a = u(xbits[i] ^ s)
+        r_norm = u(u(u(a + bias) + u(u(a >> sh) & one)) & u(~low))
+        v = np.uint32(a).view(np.float32)
+        r_sub = np.float32(np.float32(v + c) - c).view(np.uint32)
+        r = r_norm if a >= minnorm else u(r_sub)
+        r = ovf if r > maxbits else r
+        r = u(0) if r < flush_bits else r
+        r = inf_out if a == infb else r
+        r = (a if nan_keep else nan_out) if a > infb else r
         out[i] = u(r | s)
 
 

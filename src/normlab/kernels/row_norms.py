@@ -36,46 +36,74 @@ def _grad_rows(dout: np.ndarray, x2: np.ndarray) -> np.ndarray:
 _NO_RES = np.zeros((0, 0))
 
 
+def _rows_into(dest: np.ndarray | None, r: int, w: int, dtype: np.dtype) -> np.ndarray:
+    """The (R, W) array a kernel writes: a view of the validated ``out=`` buffer, or new."""
+    return np.empty((r, w), dtype) if dest is None else dest.reshape(r, w)
+
+
+def _grads_into(dest: tuple[Any, ...] | None, *grads: np.ndarray | None) -> tuple[Any, ...]:
+    """Parameter gradients copied into their ``out=`` buffers where given."""
+    if dest is None:
+        return grads
+    return tuple(g if d is None or g is None else _copied(d, g) for d, g in zip(
+        dest[1:], grads, strict=True))
+
+
+def _copied(dest: np.ndarray, value: np.ndarray) -> np.ndarray:
+    np.copyto(dest, value)
+    return dest
+
+
 @register("layer_norm_forward")
 def layer_norm_forward(
-    x: np.ndarray, gamma: np.ndarray | None, beta: np.ndarray | None, eps: float, k: int
+    x: np.ndarray, gamma: np.ndarray | None, beta: np.ndarray | None, eps: float, k: int,
+    dest: np.ndarray | None = None,
 ) -> Any:
-    """Kernel of ``_layer_norm_forward_ref``: one fused sweep per row."""
+    """Kernel of ``_layer_norm_forward_ref``: one fused sweep per row (into ``dest``)."""
     if not same_dtype(x, gamma, beta):
         return NotImplemented
     x2 = rows_of(x, k)  # (R, W)
     r, w = x2.shape
-    out = np.empty((r, w), x.dtype)
+    out = _rows_into(dest, r, w, x.dtype)
     mean, rstd = np.empty(r, x.dtype), np.empty(r, x.dtype)  # (R,)
     g, b = vec(gamma, w, x.dtype, 1.0), vec(beta, w, x.dtype, 0.0)
     launch(jit.layer_norm_fwd, x2.size, x2, g, b, eps, out, mean, rstd)
     lead = x.shape[: x.ndim - k]
     cache = LayerNormCache(x, gamma, beta, mean.reshape(lead), rstd.reshape(lead), eps, k)
-    return out.reshape(x.shape), cache
+    return (out.reshape(x.shape) if dest is None else dest), cache
 
 
-def _ln_backward(dout: np.ndarray, dres: np.ndarray | None, cache: LayerNormCache) -> Any:
+def _ln_backward(dout: np.ndarray, dres: np.ndarray | None, cache: LayerNormCache,
+                 dest: tuple[Any, ...] | None = None) -> Any:
     x, k = cache.x, cache.normalized_ndim
     if not same_dtype(x, dout, dres, cache.gamma, cache.beta, cache.mean, cache.rstd):
         return NotImplemented
     x2 = rows_of(x, k)  # (R, W)
     r, w = x2.shape
-    kk = jit.chunk_count(r)
+    kk = jit.chunk_count(r, w)
     pg, pb = np.empty((kk, w), x.dtype), np.empty((kk, w), x.dtype)  # (K, W) partial sums
-    dx = np.empty((r, w), x.dtype)
+    dx = _rows_into(None if dest is None else dest[0], r, w, x.dtype)
     res = _NO_RES.astype(x.dtype) if dres is None else _grad_rows(dres, x2)
     mean = np.ascontiguousarray(cache.mean).reshape(r)
     rstd = np.ascontiguousarray(cache.rstd).reshape(r)
     gamma = vec(cache.gamma, w, x.dtype, 1.0)
     dy = _grad_rows(dout, x2)  # (R, W)
     launch(jit.layer_norm_bwd, x2.size, dy, x2, mean, rstd, gamma, res, dx, pg, pb)
-    return dx.reshape(x.shape), reduce_chunks(pg, cache.gamma), reduce_chunks(pb, cache.beta)
+    grads = _grads_into(dest, reduce_chunks(pg, cache.gamma), reduce_chunks(pb, cache.beta))
+    return (dx.reshape(x.shape) if dest is None or dest[0] is None else dest[0]), *grads
 
 
 @register("layer_norm_backward")
-def layer_norm_backward(dout: np.ndarray, cache: LayerNormCache) -> Any:
-    """Kernel of ``_layer_norm_backward_ref``: both row sums in one sweep, then dx."""
-    return _ln_backward(dout, None, cache)
+def layer_norm_backward(
+    dout: np.ndarray, cache: LayerNormCache, dest: tuple[Any, ...] | None = None
+) -> Any:
+    """Kernel of ``_layer_norm_backward_ref``: both row sums in one sweep, then dx.
+
+    ``dest`` (validated ``out=`` buffers): dx is written in place (it may be dout: each
+    dout element is read before its dx element is written); parameter gradients are
+    reduced, then copied in.
+    """
+    return _ln_backward(dout, None, cache, dest)
 
 
 @register("add_layer_norm_backward")
@@ -88,17 +116,18 @@ def add_layer_norm_backward(
 
 @register("rms_norm_forward")
 def rms_norm_forward(
-    x: np.ndarray, weight: np.ndarray | None, eps: float, offset: float, k: int
+    x: np.ndarray, weight: np.ndarray | None, eps: float, offset: float, k: int,
+    dest: np.ndarray | None = None,
 ) -> Any:
-    """Kernel of ``_rms_norm_forward_ref`` (gain = offset + weight)."""
+    """Kernel of ``_rms_norm_forward_ref`` (gain = offset + weight), into ``dest``."""
     if not same_dtype(x, weight):
         return NotImplemented
     x2 = rows_of(x, k)  # (R, W)
     r, w = x2.shape
-    out, rstd = np.empty((r, w), x.dtype), np.empty(r, x.dtype)
+    out, rstd = _rows_into(dest, r, w, x.dtype), np.empty(r, x.dtype)
     launch(jit.rms_norm_fwd, x2.size, x2, _gain(weight, offset, w, x.dtype), eps, out, rstd)
     cache = RMSNormCache(x, weight, rstd.reshape(x.shape[: x.ndim - k]), eps, offset, k)
-    return out.reshape(x.shape), cache
+    return (out.reshape(x.shape) if dest is None else dest), cache
 
 
 def _gain(weight: np.ndarray | None, offset: float, w: int, dtype: np.dtype) -> np.ndarray:
@@ -107,25 +136,29 @@ def _gain(weight: np.ndarray | None, offset: float, w: int, dtype: np.dtype) -> 
     return (g + offset).astype(dtype) if (weight is not None and offset != 0.0) else g
 
 
-def _rms_backward(dout: np.ndarray, dres: np.ndarray | None, cache: RMSNormCache) -> Any:
+def _rms_backward(dout: np.ndarray, dres: np.ndarray | None, cache: RMSNormCache,
+                  dest: tuple[Any, ...] | None = None) -> Any:
     x, k = cache.x, cache.normalized_ndim
     if not same_dtype(x, dout, dres, cache.weight, cache.rstd):
         return NotImplemented
     x2 = rows_of(x, k)  # (R, W)
     r, w = x2.shape
-    pg = np.empty((jit.chunk_count(r), w), x.dtype)  # (K, W) partial sums
-    dx = np.empty((r, w), x.dtype)
+    pg = np.empty((jit.chunk_count(r, w), w), x.dtype)  # (K, W) partial sums
+    dx = _rows_into(None if dest is None else dest[0], r, w, x.dtype)
     res = _NO_RES.astype(x.dtype) if dres is None else _grad_rows(dres, x2)
     gain = _gain(cache.weight, cache.offset, w, x.dtype)
     rstd = np.ascontiguousarray(cache.rstd).reshape(r)
     launch(jit.rms_norm_bwd, x2.size, _grad_rows(dout, x2), x2, rstd, gain, res, dx, pg)
-    return dx.reshape(x.shape), reduce_chunks(pg, cache.weight)
+    grads = _grads_into(dest, reduce_chunks(pg, cache.weight))
+    return (dx.reshape(x.shape) if dest is None or dest[0] is None else dest[0]), *grads
 
 
 @register("rms_norm_backward")
-def rms_norm_backward(dout: np.ndarray, cache: RMSNormCache) -> Any:
-    """Kernel of ``_rms_norm_backward_ref``."""
-    return _rms_backward(dout, None, cache)
+def rms_norm_backward(
+    dout: np.ndarray, cache: RMSNormCache, dest: tuple[Any, ...] | None = None
+) -> Any:
+    """Kernel of ``_rms_norm_backward_ref`` (``dest``: as for LayerNorm's backward)."""
+    return _rms_backward(dout, None, cache, dest)
 
 
 @register("add_rms_norm_backward")

@@ -17,9 +17,10 @@ Backward reads x and dout once and writes dx once: the first sweep forms both ro
 sum(g * dy) and sum(g * dy * x_hat), the second writes dx and adds dy * x_hat, dy into the
 chunk's parameter-gradient row.
 
-Determinism: parameter gradients are reduced per fixed chunk of rows (K depends only on R,
-never on the thread count; at most 256 rows a chunk), and the K partial rows are summed in
-float64 in chunk order afterwards, so results are bit-identical on 1 or N threads.
+Determinism: parameter gradients are reduced per fixed chunk of rows (K depends only on the
+shape, never on the thread count; at most 256 rows a chunk: :func:`chunk_count`), and the K
+partial rows are summed in float64 in chunk order afterwards, so results are bit-identical
+on 1 or N threads.
 
 ``fastmath`` is limited to reassociation and contraction (vectorised sums, fused
 multiply-add): it changes the last bits of a sum, as any summation order does, never NaN/inf
@@ -31,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from normlab.kernels._adapt import FAST, jit
+from normlab.kernels._adapt import FAST, PARALLEL_MIN_ELEMENTS, jit
 
 __all__ = [
     "BLOCK",
@@ -53,11 +54,21 @@ BLOCK = 1024
 # Row chunks of the parameter-gradient reduction: at least 64 (work for every thread), at
 # most 256 rows each (the partials are float32 sums over a chunk). Depends on R only.
 _MIN_CHUNKS = 64
+_SERIAL_SIZE = PARALLEL_MIN_ELEMENTS  # a constant copy: K depends on the shape only
 _MAX_CHUNK_ROWS = 256
 
 
-def chunk_count(rows: int) -> int:
-    """Number of row chunks K used by the parameter-gradient reduction (depends on R only)."""
+def chunk_count(rows: int, width: int | None = None) -> int:
+    """Number of row chunks K of the parameter-gradient reduction (depends on the shape only).
+
+    With ``width`` given and ``rows * width`` below ``_SERIAL_SIZE`` (the default launch
+    threshold, fixed here: the launch policy may change at run time, K must not) the kernel
+    normally runs serially, so no chunk is needed for a thread: K = ceil(R / 256), one
+    chunk up to 256 rows, and the (K, W) partials stay as small as the parameter itself (a
+    small-batch backward then skips a pass over R x W).
+    """
+    if width is not None and rows * width < _SERIAL_SIZE:
+        return max(1, -(-rows // _MAX_CHUNK_ROWS))
     return max(1, min(rows, max(_MIN_CHUNKS, -(-rows // _MAX_CHUNK_ROWS))))
 
 

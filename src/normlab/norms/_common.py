@@ -6,6 +6,7 @@ Every public norm validates its inputs with these helpers (built on
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -30,22 +31,40 @@ __all__ = [
     "compute_dtype_of",
     "dispatch",
     "resolve_normalized_ndim",
+    "trailing_dims_why",
 ]
+
+
+_F32, _F64 = compute_dtype(np.float32), compute_dtype(np.float64)
 
 
 def compute_dtype_of(*arrays: np.ndarray | None) -> np.dtype:
     """float64 when any given array is float64 (or wider), else float32."""
-    dts = [compute_dtype(a.dtype) for a in arrays if a is not None]
-    return np.dtype(np.result_type(*dts))
+    for a in arrays:  # compute_dtype gives only float32 or float64: any float64 wins
+        if a is not None and compute_dtype(a.dtype) == _F64:
+            return _F64
+    return _F32
 
 
-def check_param(value: Any, name: str, shape: tuple[int, ...], what: str) -> np.ndarray | None:
-    """None passes through; otherwise a float array of exactly ``shape``."""
+def check_param(
+    value: Any, name: str, shape: tuple[int, ...], what: str | Callable[[], str]
+) -> np.ndarray | None:
+    """None passes through; otherwise a float array of exactly ``shape``.
+
+    ``what`` (why the shape is required) may be a callable: it is then only formatted when
+    the check fails, which keeps a small call's validation cheap.
+    """
     if value is None:
         return None
     arr = as_native(as_float_array(value, name))
-    check_shape(arr, shape, name, what)
+    if arr.shape != shape:
+        check_shape(arr, shape, name, what() if callable(what) else what)
     return arr
+
+
+def trailing_dims_why(x: np.ndarray, k: int) -> Callable[[], str]:
+    """The reason a norm's parameter has shape ``x.shape[-k:]``, formatted on demand."""
+    return lambda: f"the {k} normalised trailing dim(s) of x, x.shape = {x.shape}"
 
 
 def resolve_normalized_ndim(

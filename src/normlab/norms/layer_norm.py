@@ -27,7 +27,9 @@ from normlab.norms._common import (
     check_param,
     compute_dtype_of,
     resolve_normalized_ndim,
+    trailing_dims_why,
 )
+from normlab.norms._out import backward_out, fill, forward_out, seam_extra
 
 __all__ = ["layer_norm_backward", "layer_norm_forward"]
 
@@ -40,7 +42,7 @@ def _validate_layer_norm(
     eps = check_eps(eps)
     k = resolve_normalized_ndim(x, normalized_ndim, gamma, beta)
     feat = tuple(x.shape[x.ndim - k :])
-    what = f"the {k} normalised trailing dim(s) of x, x.shape = {x.shape}"
+    what = trailing_dims_why(x, k)
     gamma = check_param(gamma, "gamma", feat, what)
     beta = check_param(beta, "beta", feat, what)
     eps = check_eps_range(eps, x, gamma, beta)
@@ -87,20 +89,25 @@ def _ln_backward_core(
 
 
 def _layer_norm_forward_ref(
-    x: np.ndarray, gamma: np.ndarray | None, beta: np.ndarray | None, eps: float, k: int
+    x: np.ndarray, gamma: np.ndarray | None, beta: np.ndarray | None, eps: float, k: int,
+    dest: np.ndarray | None = None,
 ) -> tuple[np.ndarray, LayerNormCache]:
     out, mean, rstd = _ln_forward_core(x, gamma, beta, eps, k)
-    return out.astype(x.dtype, copy=False), LayerNormCache(x, gamma, beta, mean, rstd, eps, k)
+    result = fill(dest, out.astype(x.dtype, copy=False))
+    assert result is not None
+    return result, LayerNormCache(x, gamma, beta, mean, rstd, eps, k)
 
 
 def _layer_norm_backward_ref(
-    dout: np.ndarray, cache: LayerNormCache
+    dout: np.ndarray, cache: LayerNormCache, dest: tuple[Any, ...] = (None, None, None)
 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
     dx, dgamma, dbeta = _ln_backward_core(dout, cache)
+    dx_out = fill(dest[0], dx.astype(cache.x.dtype, copy=False))
+    assert dx_out is not None
     return (
-        dx.astype(cache.x.dtype, copy=False),
-        as_grad(dgamma, cache.gamma),
-        as_grad(dbeta, cache.beta),
+        dx_out,
+        fill(dest[1], as_grad(dgamma, cache.gamma)),
+        fill(dest[2], as_grad(dbeta, cache.beta)),
     )
 
 
@@ -111,6 +118,7 @@ def layer_norm_forward(
     eps: float = 1e-5,
     *,
     normalized_ndim: int | None = None,
+    out: np.ndarray | None = None,
 ) -> tuple[np.ndarray, LayerNormCache]:
     r"""Layer normalisation over the trailing dims of each example (Ba et al., 2016).
 
@@ -125,17 +133,21 @@ def layer_norm_forward(
     eps : finite number > 0 added to the variance.
     normalized_ndim : k, the number of trailing dims to normalise. Default: ``gamma.ndim``
         if gamma is given, else ``beta.ndim`` if beta is given, else 1.
+    out : optional ndarray of x's shape and dtype (C-contiguous, writeable) to write the
+        result into; it must not overlap x (the cache keeps x) nor gamma / beta.
 
     Returns
     -------
-    out : array of x's shape and dtype.
+    out : array of x's shape and dtype (the ``out`` buffer when given).
     cache : :class:`~normlab.norms._cache.LayerNormCache` (references + per-row mean, rstd).
 
     Raises
     ------
-    TypeError : non-float x, gamma or beta; non-number eps or normalized_ndim.
+    TypeError : non-float x, gamma or beta; non-number eps or normalized_ndim; an ``out``
+        that is not an ndarray of x's dtype.
     ValueError : eps <= 0, not finite or below the compute dtype's smallest normal; gamma/beta
-        not of shape F; k outside [1, x.ndim].
+        not of shape F; k outside [1, x.ndim]; ``out`` of another shape, not C-contiguous,
+        read-only or overlapping an input.
 
     Example
     -------
@@ -155,14 +167,15 @@ def layer_norm_forward(
     returned in native byte order.
     """
     args = _validate_layer_norm(x, gamma, beta, eps, normalized_ndim)
+    dest = forward_out(out, args[0], (("gamma", args[1]), ("beta", args[2])))
     result: tuple[np.ndarray, LayerNormCache] = dispatch(
-        "layer_norm_forward", _layer_norm_forward_ref, *args
+        "layer_norm_forward", _layer_norm_forward_ref, *args, *seam_extra(dest)
     )
     return result
 
 
 def layer_norm_backward(
-    dout: Any, cache: LayerNormCache
+    dout: Any, cache: LayerNormCache, *, out: tuple[Any, ...] | None = None
 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
     r"""Gradients of LayerNorm given the upstream gradient (equation 16.3).
 
@@ -174,16 +187,22 @@ def layer_norm_backward(
     ----------
     dout : float array of x's shape.
     cache : the cache returned by :func:`layer_norm_forward`.
+    out : optional tuple ``(dx, dgamma, dbeta)`` of buffers (each an array or None: then
+        that result is new; None where the parameter is None), each of its result's shape
+        and dtype, C-contiguous, writeable. dx may be ``dout`` itself (in place) but must
+        not overlap x; dgamma and dbeta overlap nothing.
 
     Returns
     -------
-    dx : x's shape and dtype. dgamma, dbeta : shape F in the parameter's dtype, or None when
-        the parameter was None. An empty batch gives zero parameter gradients.
+    dx : x's shape and dtype (the buffers of ``out`` where given). dgamma, dbeta : shape F
+        in the parameter's dtype, or None when the parameter was None. An empty batch gives
+        zero parameter gradients.
 
     Raises
     ------
-    TypeError : a cache of the wrong type or a non-float dout.
-    ValueError : dout not of x's shape.
+    TypeError : a cache of the wrong type or a non-float dout; ``out`` not a tuple of 3.
+    ValueError : dout not of x's shape; an ``out`` buffer of the wrong shape, layout or
+        overlap, or given for a missing parameter.
 
     Notes
     -----
@@ -201,7 +220,8 @@ def layer_norm_backward(
     """
     cache = check_cache(cache, LayerNormCache, "layer_norm_forward")
     dout = check_dout(dout, cache.x)
+    dest = backward_out(out, dout, cache.x, (("dgamma", cache.gamma), ("dbeta", cache.beta)))
     result: tuple[np.ndarray, np.ndarray | None, np.ndarray | None] = dispatch(
-        "layer_norm_backward", _layer_norm_backward_ref, dout, cache
+        "layer_norm_backward", _layer_norm_backward_ref, dout, cache, *seam_extra(dest)
     )
     return result

@@ -26,7 +26,9 @@ from normlab.norms._common import (
     check_param,
     compute_dtype_of,
     resolve_normalized_ndim,
+    trailing_dims_why,
 )
+from normlab.norms._out import backward_out, fill, forward_out, seam_extra
 
 __all__ = ["rms_norm_backward", "rms_norm_forward"]
 
@@ -40,7 +42,7 @@ def _validate_rms_norm(
     offset = check_finite_real(offset, "offset")
     k = resolve_normalized_ndim(x, normalized_ndim, weight, names=("weight",))
     feat = tuple(x.shape[x.ndim - k :])
-    what = f"the {k} normalised trailing dim(s) of x, x.shape = {x.shape}"
+    what = trailing_dims_why(x, k)
     weight = check_param(weight, "weight", feat, what)
     eps = check_eps_range(eps, x, weight)
     return x, weight, eps, offset, k
@@ -89,17 +91,22 @@ def _rms_backward_core(
 
 
 def _rms_norm_forward_ref(
-    x: np.ndarray, weight: np.ndarray | None, eps: float, offset: float, k: int
+    x: np.ndarray, weight: np.ndarray | None, eps: float, offset: float, k: int,
+    dest: np.ndarray | None = None,
 ) -> tuple[np.ndarray, RMSNormCache]:
     out, rstd = _rms_forward_core(x, weight, eps, offset, k)
-    return out.astype(x.dtype, copy=False), RMSNormCache(x, weight, rstd, eps, offset, k)
+    result = fill(dest, out.astype(x.dtype, copy=False))
+    assert result is not None
+    return result, RMSNormCache(x, weight, rstd, eps, offset, k)
 
 
 def _rms_norm_backward_ref(
-    dout: np.ndarray, cache: RMSNormCache
+    dout: np.ndarray, cache: RMSNormCache, dest: tuple[Any, ...] = (None, None)
 ) -> tuple[np.ndarray, np.ndarray | None]:
     dx, dweight = _rms_backward_core(dout, cache)
-    return dx.astype(cache.x.dtype, copy=False), as_grad(dweight, cache.weight)
+    dx_out = fill(dest[0], dx.astype(cache.x.dtype, copy=False))
+    assert dx_out is not None
+    return dx_out, fill(dest[1], as_grad(dweight, cache.weight))
 
 
 def rms_norm_forward(
@@ -109,6 +116,7 @@ def rms_norm_forward(
     *,
     offset: float = 0.0,
     normalized_ndim: int | None = None,
+    out: np.ndarray | None = None,
 ) -> tuple[np.ndarray, RMSNormCache]:
     r"""Root-mean-square normalisation of each row (Zhang & Sennrich, 2019).
 
@@ -124,16 +132,21 @@ def rms_norm_forward(
     eps : finite number > 0 added to the mean square (default 1e-8, the listing's).
     offset : finite number added to the weight.
     normalized_ndim : number of trailing dims to normalise (default ``weight.ndim`` or 1).
+    out : optional ndarray of x's shape and dtype (C-contiguous, writeable) to write the
+        result into; it must not overlap x (the cache keeps x) nor weight.
 
     Returns
     -------
-    out : x's shape and dtype. cache : :class:`~normlab.norms._cache.RMSNormCache`.
+    out : x's shape and dtype (the ``out`` buffer when given).
+    cache : :class:`~normlab.norms._cache.RMSNormCache`.
 
     Raises
     ------
-    TypeError : non-float x / weight, non-number eps / offset / normalized_ndim.
+    TypeError : non-float x / weight, non-number eps / offset / normalized_ndim; an ``out``
+        that is not an ndarray of x's dtype.
     ValueError : eps <= 0 or not finite, offset not finite, weight not of shape F,
-        k outside [1, x.ndim].
+        k outside [1, x.ndim]; ``out`` of another shape, not C-contiguous, read-only or
+        overlapping an input.
 
     Example
     -------
@@ -142,13 +155,16 @@ def rms_norm_forward(
     array([[0.848528, 1.131371]])
     """
     args = _validate_rms_norm(x, weight, eps, offset, normalized_ndim)
+    dest = forward_out(out, args[0], (("weight", args[1]),))
     result: tuple[np.ndarray, RMSNormCache] = dispatch(
-        "rms_norm_forward", _rms_norm_forward_ref, *args
+        "rms_norm_forward", _rms_norm_forward_ref, *args, *seam_extra(dest)
     )
     return result
 
 
-def rms_norm_backward(dout: Any, cache: RMSNormCache) -> tuple[np.ndarray, np.ndarray | None]:
+def rms_norm_backward(
+    dout: Any, cache: RMSNormCache, *, out: tuple[Any, ...] | None = None
+) -> tuple[np.ndarray, np.ndarray | None]:
     r"""Gradients of RMSNorm.
 
     With :math:`g = \bar y \odot (\mathrm{offset} + w)` and :math:`\hat x = x\,\mathrm{rstd}`:
@@ -159,14 +175,20 @@ def rms_norm_backward(dout: Any, cache: RMSNormCache) -> tuple[np.ndarray, np.nd
     ----------
     dout : float array of x's shape.
     cache : the cache returned by :func:`rms_norm_forward`.
+    out : optional tuple ``(dx, dweight)`` of buffers (each an array or None; None where
+        there is no weight), of their results' shapes and dtypes, C-contiguous, writeable;
+        dx may be ``dout`` itself but must not overlap x.
 
     Returns
     -------
-    dx : x's shape and dtype. dweight : shape F in weight's dtype, or None without weight.
+    dx : x's shape and dtype (the ``out`` buffer where given).
+    dweight : shape F in weight's dtype, or None without weight.
 
     Raises
     ------
-    TypeError : wrong cache type or non-float dout. ValueError : dout not of x's shape.
+    TypeError : wrong cache type or non-float dout; ``out`` not a tuple of 2.
+    ValueError : dout not of x's shape; an ``out`` buffer of the wrong shape, layout or
+        overlap, or given without a weight.
 
     Example
     -------
@@ -177,7 +199,8 @@ def rms_norm_backward(dout: Any, cache: RMSNormCache) -> tuple[np.ndarray, np.nd
     """
     cache = check_cache(cache, RMSNormCache, "rms_norm_forward")
     dout = check_dout(dout, cache.x)
+    dest = backward_out(out, dout, cache.x, (("dweight", cache.weight),))
     result: tuple[np.ndarray, np.ndarray | None] = dispatch(
-        "rms_norm_backward", _rms_norm_backward_ref, dout, cache
+        "rms_norm_backward", _rms_norm_backward_ref, dout, cache, *seam_extra(dest)
     )
     return result

@@ -39,11 +39,13 @@ ml_dtypes (and torch's float8_e8m0fnu cast) map every float32 subnormal above 2^
 
 Kernel seam: after validation :func:`quantize` calls ``normlab._backend.dispatch`` with the
 name ``"quantize"``, and a registered kernel gets ``k(x, fmt, mode, saturate, seed,
-random_bits)`` with x the
+random_bits[, out])`` with x the
 validated float32/float64 ndarray, fmt a Format, mode a :class:`RoundingMode`, saturate a
 bool, seed an int in [0, 2^64) or None (words then come from
 :func:`normlab.precision.random_bits.stochastic_words`), random_bits a uint64 array of x's
-shape or None. It returns the rounded array (x's dtype and shape) or NotImplemented.
+shape or None, and, only when the caller passed ``out=``, out: the validated buffer (x
+itself, or disjoint from x). It returns the rounded array (x's dtype and shape; ``out``
+when given) or NotImplemented, having written nothing.
 Modes in ``REFERENCE_ONLY_MODES`` (the directed modes, newer than the kernel) always run
 the reference: the kernel is not asked. For the fnuz formats the kernel's -0 results are
 turned into +0 here (the kernel knows no fnuz convention; everything else it computes
@@ -63,6 +65,7 @@ from typing import Any
 import numpy as np
 
 from normlab import _backend
+from normlab._validate import check_out
 from normlab.precision.formats import Format, get_format
 from normlab.precision.random_bits import stochastic_source, stochastic_words
 
@@ -80,6 +83,7 @@ class RoundingMode(enum.Enum):
     TOWARD_NEGATIVE = "toward_negative"  # down to the next value <= x (floor)
 
 
+REFERENCE_CHUNK = 1 << 16  # elements the reference rounds at once (bounds its temporaries)
 # Served only by the reference (the registered kernel predates them).
 REFERENCE_ONLY_MODES = frozenset({RoundingMode.TOWARD_POSITIVE, RoundingMode.TOWARD_NEGATIVE})
 
@@ -263,6 +267,7 @@ def quantize(
     rng: np.random.Generator | None = None,
     seed: int | None = None,
     random_bits: np.ndarray | None = None,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
     """Round ``x`` to the values of ``fmt``; the result keeps x's dtype (float32/float64).
 
@@ -291,19 +296,25 @@ def quantize(
         Stochastic mode: explicit random words, one per element.
         Exactly one of ``rng``, ``seed``, ``random_bits`` is required by the stochastic
         mode; the deterministic modes ignore a single one, and more than one is an error.
+    out : ndarray, optional
+        Where to write the result (NumPy's convention): x's shape and (native) dtype,
+        C-contiguous and writeable; ``out=x`` rounds in place. It must not overlap x
+        partially, nor random_bits. The same bits as without ``out``.
 
     Returns
     -------
-    ndarray of x's dtype and shape holding values of ``fmt`` (or inf/NaN as above).
+    ndarray of x's dtype and shape holding values of ``fmt`` (or inf/NaN as above); ``out``
+    itself when given.
 
     Raises
     ------
     TypeError
         x not float32/float64 (integers included); rng not a Generator; seed not an int;
-        random_bits not uint64.
+        random_bits not uint64; out not an ndarray of x's dtype.
     ValueError
         Unknown format or mode; stochastic without randomness, or with more than one
-        source; seed outside [0, 2^64); random_bits of another shape.
+        source; seed outside [0, 2^64); random_bits of another shape; out of another shape,
+        not C-contiguous, read-only or overlapping x partially (or random_bits).
 
     Notes
     -----
@@ -328,23 +339,42 @@ def quantize(
         raise TypeError(f"saturate must be a bool; got {saturate!r}")
     seed_, words = stochastic_source(mode is RoundingMode.STOCHASTIC, rng, seed, random_bits,
                                      arr.shape)
+    dest = check_out(out, arr.shape, arr.dtype, inputs=(("x", arr, True),
+                                                         ("random_bits", words, False)))
     if mode in REFERENCE_ONLY_MODES:  # the kernel predates these modes: do not ask it
-        return quantize_reference(arr, fmt, mode, bool(saturate), seed_, words)
-    out: np.ndarray = _backend.dispatch(
-        "quantize", quantize_reference, arr, fmt, mode, bool(saturate), seed_, words
-    )
+        return quantize_reference(arr, fmt, mode, bool(saturate), seed_, words, dest)
+    args = (arr, fmt, mode, bool(saturate), seed_, words) + (() if dest is None else (dest,))
+    result: np.ndarray = _backend.dispatch("quantize", quantize_reference, *args)
     if not fmt.has_negative_zero and fmt.signed:
-        out[out == 0] = 0  # fnuz: no -0 (the kernel knows no fnuz convention)
-    return out
+        result[result == 0] = 0  # fnuz: no -0 (the kernel knows no fnuz convention)
+    return result
 
 
 def quantize_reference(
     x: np.ndarray, fmt: Format, mode: RoundingMode, saturate: bool, seed: int | None,
-    words: np.ndarray | None,
+    words: np.ndarray | None, out: np.ndarray | None = None,
 ) -> np.ndarray:
-    """The NumPy reference behind :func:`quantize` (validated arguments, no dispatch)."""
-    if mode is RoundingMode.STOCHASTIC and words is None:
-        assert seed is not None
-        words = stochastic_words(seed, x.shape)
-    parts = round_components(x, fmt, mode, saturate, words)
-    return assemble(*parts, x.dtype).reshape(x.shape)
+    """The NumPy reference behind :func:`quantize` (validated arguments, no dispatch).
+
+    ``out`` (validated: x's shape and dtype, C-contiguous, x itself or disjoint from it)
+    receives the result, chunk by chunk; each chunk of x is read before it is written.
+
+    Rounds ``REFERENCE_CHUNK`` elements at a time (flattened C order) into the result, so
+    the integer temporaries (about 40 bytes per float32 element) cost a fixed few MiB,
+    not 40x the input: peak extra memory is the result plus ~40 x min(N, REFERENCE_CHUNK)
+    x itemsize. Element i still uses the word ``splitmix64(seed + i)`` (the chunk starting
+    at i0 draws ``stochastic_words(seed + i0, ...)``), so chunking changes no bit.
+    """
+    flat = np.ascontiguousarray(x).reshape(-1)  # (N,)
+    dest = np.empty(x.shape, x.dtype) if out is None else out
+    flat_out = dest.reshape(-1)  # (N,) a view: dest is C-contiguous
+    flat_words = None if words is None else np.ascontiguousarray(words).reshape(-1)
+    for i0 in range(0, flat.size, REFERENCE_CHUNK):
+        part = flat[i0 : i0 + REFERENCE_CHUNK]  # (C,)
+        w = None if flat_words is None else flat_words[i0 : i0 + REFERENCE_CHUNK]
+        if mode is RoundingMode.STOCHASTIC and w is None:
+            assert seed is not None
+            w = stochastic_words((seed + i0) % 2**64, part.shape)
+        flat_out[i0 : i0 + REFERENCE_CHUNK] = assemble(
+            *round_components(part, fmt, mode, saturate, w), x.dtype)
+    return dest

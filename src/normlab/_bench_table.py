@@ -1,0 +1,109 @@
+"""The benchmark's report: an aligned text or markdown table, the header and the warnings.
+
+Contract: rows are the dicts :mod:`normlab.bench` builds (``op``, ``shape``, and for each of
+``normlab``, ``numpy``, ``torch``, ``ml_dtypes`` the fields ``<who>_s`` (median seconds per
+call), ``<who>_min_s`` and ``<who>_spread`` from :func:`normlab._timing.measure`, plus
+``bound_s`` / ``bound_alloc_s`` where a bandwidth bound applies). Ratios "A / normlab" above 1
+mean normlab is faster; "normlab / bound" is how far normlab is from moving its bytes at the
+copy bandwidth.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from normlab._timing import SPREAD_WARN
+
+__all__ = ["report", "table"]
+
+_COLUMNS = ("op (float32)", "shape", "normlab median", "normlab min", "spread",
+            "NumPy ref", "PyTorch", "ml_dtypes", "bound", "normlab / bound",
+            "normlab / bound+new", "PyTorch / normlab", "ml_dtypes / normlab")
+_OP_NAMES = {"layer_norm": "LayerNorm", "rms_norm": "RMSNorm"}
+
+
+def _fmt_t(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v * 1e6:.1f} us" if v < 1e-3 else f"{v * 1e3:.1f} ms"
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return "-" if a is None or b is None else f"{a / b:.2f}x"
+
+
+def _cells(r: dict[str, Any]) -> list[str]:
+    nls = r.get("normlab_s")
+    first, rest = r["op"].split(" ", 1)  # "layer_norm fwd+bwd" -> "LayerNorm fwd+bwd"
+    spread = r.get("normlab_spread")
+    return [f"{_OP_NAMES.get(first, first)} {rest}", "x".join(map(str, r["shape"])),
+            _fmt_t(nls), _fmt_t(r.get("normlab_min_s")),
+            "-" if spread is None else f"{100 * spread:.0f}%", _fmt_t(r.get("numpy_s")),
+            _fmt_t(r.get("torch_s")), _fmt_t(r.get("ml_dtypes_s")), _fmt_t(r.get("bound_s")),
+            _ratio(nls, r.get("bound_s")), _ratio(nls, r.get("bound_alloc_s")),
+            _ratio(r.get("torch_s"), nls), _ratio(r.get("ml_dtypes_s"), nls)]
+
+
+def table(rows: Sequence[dict[str, Any]], markdown: bool = False) -> str:
+    """The rows as an aligned text table, or a markdown table (``markdown=True``)."""
+    body = [_cells(r) for r in rows]
+    if markdown:
+        lines = ["| " + " | ".join(_COLUMNS) + " |", "|" + "---|" * len(_COLUMNS)]
+        return "\n".join(lines + ["| " + " | ".join(c) + " |" for c in body])
+    widths = [max(len(c[i]) for c in [list(_COLUMNS), *body]) for i in range(len(_COLUMNS))]
+    fmt = "  ".join(f"{{:{'<' if i == 0 else '>'}{w}}}" for i, w in enumerate(widths))
+    head = fmt.format(*_COLUMNS)
+    return "\n".join([head, "-" * len(head), *(fmt.format(*c) for c in body)])
+
+
+def _noise_warnings(rows: Sequence[dict[str, Any]], load: tuple[float, int] | None) -> list[str]:
+    """Warnings for noisy timings (spread > SPREAD_WARN) and for other load on the cores."""
+    out = []
+    if load is not None and load[0] > max(0.5, 0.25 * load[1]):
+        out.append(f"WARNING: other load on this machine (1-minute load average {load[0]:.2f} "
+                   f"on {load[1]} cores): absolute times are inflated; compare ratios "
+                   "measured in this run")
+    noisy = [(r[f"{who}_spread"], f"{who} {r['op']} {'x'.join(map(str, r['shape']))}")
+             for r in rows for who in ("normlab", "numpy", "torch", "ml_dtypes")
+             if r.get(f"{who}_spread", 0.0) > SPREAD_WARN]
+    if noisy:
+        worst = ", ".join(f"{name} {100 * sp:.0f}%" for sp, name in sorted(noisy)[::-1][:3])
+        out.append(f"WARNING: {len(noisy)} timings have a spread above "
+                   f"{100 * SPREAD_WARN:.0f}% (worst: {worst}); their medians are noisy")
+    return out
+
+
+def _header(info: dict[str, Any]) -> str:
+    load = info["load_average_1min"]
+    return (f"cores {info['cpu_count']}, numba threads {info['numba_threads']}, torch threads "
+            f"{info['torch_threads']}, load average {'-' if load is None else f'{load:.2f}'}; "
+            f"copy bandwidth {info['copy_bandwidth_GBps']:.1f} GB/s into an existing array, "
+            f"{info['copy_to_new_array_GBps']:.1f} GB/s into a new one")
+
+
+def report(info: dict[str, Any], rows: list[dict[str, Any]], ok: bool, markdown: bool,
+            load: tuple[float, int] | None) -> None:
+    """Print the header, the table, the checks' verdict, memory, compile times, warnings."""
+    print(_header(info))
+    print(table(rows, markdown))
+    verdict = ("ok" if ok else "FAILED") if info["kernels"] else "not checked (no kernels)"
+    print("correctness:", verdict, "(norm errors in units of 16 eps32 sqrt(W) "
+          "max|ref|; quantize bit-identical to the reference on the rows it was timed on; its "
+          "NumPy time is scaled from those rows to the whole array)")
+    print("spread = interquartile range / median of the samples; 'bound' = bytes that must "
+          "move / copy bandwidth; 'bound+new' adds the zero-fill of freshly allocated outputs; "
+          "A / normlab > 1 means normlab is faster")
+    for r in rows:
+        if "normlab_peak_extra_bytes" in r:
+            print(f"peak extra memory {r['op']} {r['shape']}: normlab "
+                  f"{r['normlab_peak_extra_bytes'] / r['outputs_bytes']:.3f} x (out + dx), "
+                  f"numpy {r['numpy_peak_extra_bytes'] / r['outputs_bytes']:.2f} x")
+    if "compile" in info:
+        c = info["compile"]
+        print(f"import + first calls in a new process: {c['cold_cache_s']:.2f} s with an "
+              f"empty kernel cache, {c['warm_cache_s']:.2f} s with a warm one")
+    for line in _noise_warnings(rows, load):
+        print(line)
+
+

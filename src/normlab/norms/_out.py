@@ -1,0 +1,72 @@
+"""``out=`` buffers of the norms: validation, and filling them from a computed result.
+
+Contract (NumPy's and PyTorch's convention): a forward takes ``out=`` for its one array
+result (x's shape and dtype); a backward takes a tuple with one entry per result, ``(dx,
+dgamma, dbeta)`` or ``(dx, dweight)``, each an array or None (that result is then newly
+allocated; it must be None where the parameter is None). Buffers are checked by
+:func:`normlab._validate.check_out` (shape, dtype, C-contiguity, writeability) before any
+work. Aliasing: the forward's ``out`` must not overlap x (the cache keeps x for the
+backward) nor a parameter; the backward's dx may be ``dout`` itself (each element of dout
+is read before dx's is written, on both paths), and must not overlap x; parameter
+gradients must not overlap anything.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from normlab._validate import check_out
+
+__all__ = ["backward_out", "fill", "forward_out", "seam_extra"]
+
+
+def forward_out(out: Any, x: np.ndarray, params: tuple[tuple[str, np.ndarray | None], ...]
+                ) -> np.ndarray | None:
+    """The forward's validated ``out`` (x's shape and dtype) or None."""
+    inputs = (("x (kept by the cache for the backward)", x, False),
+              *((name, p, False) for name, p in params))
+    return check_out(out, x.shape, x.dtype, inputs=inputs)
+
+
+def backward_out(out: Any, dout: np.ndarray, x: np.ndarray,
+                 grads: tuple[tuple[str, np.ndarray | None], ...]
+                 ) -> tuple[np.ndarray | None, ...] | None:
+    """The backward's validated ``out`` tuple (dx, then one entry per parameter) or None."""
+    if out is None:
+        return None
+    names = ("dx", *(name for name, _ in grads))
+    if not isinstance(out, tuple) or len(out) != len(names):
+        raise TypeError(f"out must be None or a tuple of {len(names)} arrays or None "
+                        f"({', '.join(names)}); got {type(out).__name__} {out!r}"[:200])
+    dx = check_out(out[0], x.shape, x.dtype, "out[0] (dx)",
+                   inputs=(("dout", dout, True), ("the forward input x", x, False)))
+    result: list[np.ndarray | None] = [dx]
+    for i, (name, like) in enumerate(grads, start=1):
+        label = f"out[{i}] ({name})"
+        if like is None:
+            if out[i] is not None:
+                raise ValueError(f"{label} must be None: the layer has no such parameter; "
+                                 f"got {type(out[i]).__name__}")
+            result.append(None)
+            continue
+        others = (("dout", dout, False), ("the forward input x", x, False),
+                  ("out[0] (dx)", dx, False), *((f"out[{j}]", result[j], False)
+                                                for j in range(1, i)))
+        result.append(check_out(out[i], like.shape, like.dtype, label, inputs=others))
+    return tuple(result)
+
+
+def seam_extra(dest: Any) -> tuple[Any, ...]:
+    """The extra seam argument: ``(dest,)`` when ``out=`` was given, else nothing."""
+    return () if dest is None else (dest,)
+
+
+def fill(dest: np.ndarray | None, value: np.ndarray | None) -> np.ndarray | None:
+    """``value`` itself without a buffer; else ``value`` copied into ``dest``, and dest."""
+    if dest is None or value is None:
+        return value
+    if value is not dest:
+        np.copyto(dest, value.reshape(dest.shape))
+    return dest
