@@ -55,7 +55,6 @@ API_MODULES = {  # page -> (title, modules rendered on it)
 
 OPTIONAL_PAGES = {  # nav title -> file under docs/, listed only when it exists
     "normlab inside PyTorch": "torch.md",
-    "Running normlab in production": "production.md",
 }
 
 
