@@ -65,12 +65,51 @@ def _exists(module: str) -> bool:
         return False
 
 
+def _public_modules() -> list[str]:
+    import pkgutil
+
+    import normlab
+
+    found = ["normlab"]
+    for info in pkgutil.walk_packages(normlab.__path__, "normlab."):
+        if not any(part.startswith("_") for part in info.name.split(".")):
+            found.append(info.name)
+    return found
+
+
+def _other_names() -> dict[str, list[str]]:
+    """Names in a module's ``__all__`` that no page above renders (helpers of submodules).
+
+    A name counts as rendered when a module shown on an API page (or an experiment's lab
+    page) that contains this module lists it in its own ``__all__``.
+    """
+    shown = [m for _, modules in API_MODULES.values() for m in modules if _exists(m)]
+    shown += [f"normlab.lab.experiments.{name}" for name in _experiments()]
+    other: dict[str, list[str]] = {}
+    for name in _public_modules():
+        if name in shown:
+            continue
+        module = importlib.import_module(name)
+        covering = [
+            set(getattr(importlib.import_module(m), "__all__", ()))
+            for m in shown
+            if name == m or name.startswith(m + ".")
+        ]
+        left = [n for n in getattr(module, "__all__", ()) if not any(n in c for c in covering)]
+        if left:
+            other[name] = left
+    return other
+
+
 def _api_pages() -> dict[str, tuple[str, list[str]]]:
-    return {
+    pages = {
         page: (title, [m for m in modules if _exists(m)])
         for page, (title, modules) in API_MODULES.items()
         if any(_exists(m) for m in modules)
     }
+    if _other_names():
+        pages["api/other.md"] = ("Other public names", list(_other_names()))
+    return pages
 
 
 def _experiments() -> dict[str, str]:
@@ -117,8 +156,17 @@ def on_config(config: Any) -> Any:
 
 def _api_page(title: str, modules: list[str]) -> str:
     parts = [f"# {title}\n"]
+    other = _other_names() if title == "Other public names" else {}
+    if other:
+        parts.append(
+            "Helpers that submodules export but their packages do not re-export; import "
+            "them from the module named in each heading.\n"
+        )
     for module in modules:
         parts.append(f"::: {module}\n")
+        if module in other:
+            listed = ", ".join(other[module])
+            parts.append(f"    options:\n      members: [{listed}]\n")
     return "\n".join(parts)
 
 
