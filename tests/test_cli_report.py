@@ -288,3 +288,16 @@ def test_progress_bars_only_on_a_terminal(tmp_path):
         os.close(main_fd)
     assert proc.returncode == 0
     assert b"\r" in drawn and b"normlab report" in drawn  # tqdm redraws on a terminal
+
+
+def test_a_report_folder_keeps_the_single_runs_inside_it(tmp_path, monkeypatch, capsys):
+    _inject_fakes(monkeypatch, tmp_path / "marker")
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "invariance"]) == 0  # default: normlab-report/invariance/
+    assert main(["report", "--only", "dropout_stats", "--seed", "3"]) == 0
+    report = tmp_path / "normlab-report"
+    assert json.loads((report / "metrics.json").read_text())["settings"]["seed"] == 3
+    assert (report / "invariance" / "metrics.json").is_file()  # carried into the new folder
+    assert main(["report", "--only", "dropout_stats"]) == 0  # and again: nothing foreign
+    assert (report / "invariance" / "report.md").is_file()
+    capsys.readouterr()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import re
 import shutil
 import signal
 import tempfile
@@ -29,16 +30,27 @@ __all__ = ["REPORT_ENTRIES", "check_out_dir", "staged_folder"]
 REPORT_ENTRIES = frozenset({"report.md", "report.html", "metrics.json", "figures"})
 
 
+_OWN_HIDDEN = re.compile(r"^\..+(\.lock|\.(new|old|probe)-[A-Za-z0-9_]+)$")
+
+
 def _is_sub_report(entry: Path) -> bool:
     return entry.is_dir() and not entry.is_symlink() and (entry / "metrics.json").is_file()
+
+
+def _is_ours(entry: Path) -> bool:
+    """A report file, a sub-report, or the lock/staging entry of a sub-report's swap."""
+    return entry.name in REPORT_ENTRIES or _is_sub_report(entry) or bool(
+        _OWN_HIDDEN.match(entry.name)
+    )
 
 
 def check_out_dir(out: str | Path) -> None:
     """Raise ValueError unless ``out`` can be written as a report folder (nothing is changed).
 
     ``out`` may be missing (its parents are created), empty, or an earlier report
-    (report.md, report.html, metrics.json, figures/, and sub-folders holding a
-    metrics.json such as ``normlab run NAME`` writes). The folder it lives in must be
+    (report.md, report.html, metrics.json, figures/, sub-folders holding a metrics.json
+    such as ``normlab run NAME`` writes, and the hidden lock and staging entries of their
+    swaps). The folder it lives in must be
     writable: a probe folder is created there and removed.
 
     >>> check_out_dir("normlab-report")  # doctest: +SKIP
@@ -49,9 +61,7 @@ def check_out_dir(out: str | Path) -> None:
     if path.exists() and not path.is_dir():
         raise ValueError(f"{str(out)!r} is a file, not a folder; name a folder (new or a report)")
     if path.is_dir():
-        foreign = sorted(
-            e.name for e in path.iterdir() if e.name not in REPORT_ENTRIES and not _is_sub_report(e)
-        )
+        foreign = sorted(e.name for e in path.iterdir() if not _is_ours(e))
         if foreign:
             raise ValueError(
                 f"{str(out)!r} holds files that are not part of a normlab report "
