@@ -24,7 +24,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 __all__ = ["UsageError", "build_parser", "main"]
 
@@ -106,8 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", default=None, help=f"output folder (default ./{DEFAULT_OUT}/NAME/)")
 
     sub.add_parser("list", help="list the experiments in report order")
-    _add_formats_parser(sub.add_parser("formats", help="print the table of float formats"))
-    _add_bits_parser(sub.add_parser("bits", help="print the bit layout of a value in a format"))
+    sub.add_parser("formats", help="print the table of float formats")
+
+    _add_bits_parser(sub)
 
     bench = sub.add_parser("bench", help="benchmark the kernels (arguments go to normlab.bench)")
     bench.add_argument("args", nargs=argparse.REMAINDER, help="arguments for normlab.bench")
@@ -120,31 +121,34 @@ def build_parser() -> argparse.ArgumentParser:
 # --- formats and bits -----------------------------------------------------------------------
 
 
-def _add_formats_parser(p: argparse.ArgumentParser) -> None:
-    del p  # no options yet
+def _add_bits_parser(sub: Any) -> None:
+    bits = sub.add_parser("bits", help="print the bit layout of a value in a format")
+    bits.add_argument("value", type=float, help="the value, e.g. 3.14 or inf (negative: after --)")
+    bits.add_argument("--format", required=True, dest="fmt", help="format name, e.g. bf16, e4m3")
 
 
-def _add_bits_parser(p: argparse.ArgumentParser) -> None:
-    p.add_argument("value", type=float, help="the value, e.g. 3.14 or inf (negative: after --)")
-    p.add_argument("--format", required=True, dest="fmt", help="format name, e.g. bf16, e4m3")
-
-
-def _cmd_formats(args: argparse.Namespace) -> int:
+def _formats() -> int:
     from normlab.precision import formats_table
 
     print(formats_table())
     return 0
 
 
-def _cmd_bits(args: argparse.Namespace) -> int:
+def _bits(args: argparse.Namespace) -> int:
     from normlab.precision import bit_layout, get_format
 
-    try:
-        fmt = get_format(args.fmt)
-    except (ValueError, KeyError) as exc:
-        raise UsageError(f"--format: {exc}") from None
-    print(bit_layout(args.value, fmt))
+    print(bit_layout(args.value, get_format(args.fmt)))
     return 0
+
+
+def _check_format(name: str) -> None:
+    """Raise UsageError for a format name get_format does not know (before any work)."""
+    from normlab.precision import get_format
+
+    try:
+        get_format(name)
+    except ValueError as exc:
+        raise UsageError(f"--format: {exc}") from None
 
 
 # --- report and run ---------------------------------------------------------------------------
@@ -221,9 +225,10 @@ def _dispatch(args: argparse.Namespace) -> int:
             print(f"{i}. {name:20s} {text}")
         return 0
     if args.command == "formats":
-        return _cmd_formats(args)
+        return _formats()
     if args.command == "bits":
-        return _cmd_bits(args)
+        _check_format(args.fmt)
+        return _bits(args)
     if args.command == "bench":
         import importlib
 

@@ -139,14 +139,11 @@ def mx_quantize(
 
     Parameters
     ----------
-    x : float array with at least one dimension.
-    elem_format : element Format or name: ``"e4m3"``, ``"e5m2"``, ``"fp6_e3m2"``,
-        ``"fp6_e2m3"``, ``"fp4"``, ...
-    block_size : integer >= 1.
-    axis : the blocked axis.
-    scale_rule : ``"ocp"`` (alias ``"floor"``) or ``"round_up"`` (aliases ``"te"``,
-        ``"ceil"``).
-    pad : allow a length that is not a multiple of block_size.
+    x: float array with at least one dimension. elem_format: element Format or name
+    (``"e4m3"``, ``"e5m2"``, ``"fp6_e3m2"``, ``"fp6_e2m3"``, ``"fp4"``, ...).
+    block_size: integer >= 1. axis: the blocked axis. scale_rule: ``"ocp"`` (alias
+    ``"floor"``) or ``"round_up"`` (aliases ``"te"``, ``"ceil"``). pad: allow a length that
+    is not a multiple of block_size.
 
     Returns
     -------
