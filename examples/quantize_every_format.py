@@ -19,10 +19,10 @@ import sys
 import matplotlib
 
 matplotlib.use("Agg")  # files only, no display
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
-from normlab.precision import NAMED_FORMATS, quantize  # noqa: E402
+from normlab.precision import NAMED_FORMATS, quantize
 
 
 def main(out: str = "quantize_error.png") -> None:

@@ -81,7 +81,8 @@ def _other_names() -> dict[str, list[str]]:
     """Names in a module's ``__all__`` that no page above renders (helpers of submodules).
 
     A name counts as rendered when a module shown on an API page (or an experiment's lab
-    page) that contains this module lists it in its own ``__all__``.
+    page) that contains this module lists it in its own ``__all__`` and no submodule of that
+    module has the same name (griffe would show the submodule, e.g. ``normlab.torch.convert``).
     """
     shown = [m for _, modules in API_MODULES.values() for m in modules if _exists(m)]
     shown += [f"normlab.lab.experiments.{name}" for name in _experiments()]
@@ -90,8 +91,12 @@ def _other_names() -> dict[str, list[str]]:
         if name in shown:
             continue
         module = importlib.import_module(name)
-        covering = [
-            set(getattr(importlib.import_module(m), "__all__", ()))
+        covering = [  # a name that is also a submodule's name renders as the submodule
+            {
+                n
+                for n in getattr(importlib.import_module(m), "__all__", ())
+                if not _exists(f"{m}.{n}")
+            }
             for m in shown
             if name == m or name.startswith(m + ".")
         ]

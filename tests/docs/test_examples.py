@@ -27,3 +27,11 @@ def test_example_runs(script, tmp_path):
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.strip(), "an example should say what it did"
+
+
+def test_examples_and_build_hooks_are_ruff_clean():
+    done = subprocess.run(
+        [sys.executable, "-m", "ruff", "check", "examples", "docs/_hooks"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
