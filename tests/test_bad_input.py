@@ -177,3 +177,15 @@ def test_dropout_other_arguments():
         nl.inverted_dropout_backward(X, X, 0.5)
     with pytest.raises(ValueError, match=r"keep must have shape \(4, 3\)"):
         nl.inverted_dropout_backward(X, np.ones(3, bool), 0.5)
+
+
+@pytest.mark.parametrize(("call", "name"), [
+    (lambda r: nl.layer_norm_forward(X, r, None), "gamma"),
+    (lambda r: nl.layer_norm_forward(X, None, r), "beta"),
+    (lambda r: nl.rms_norm_forward(X, r), "weight"),
+    (lambda r: nl.add_rms_norm_forward(X, X, r), "weight"),
+    (lambda r: nl.batch_norm_forward(X, r, None, np.zeros(3), np.ones(3), True), "gamma"),
+])
+def test_ragged_parameter_list_names_the_argument(call, name):
+    with pytest.raises(TypeError, match=rf"^{name} must be a real floating-point array; got list"):
+        call([[1.0, 2.0], [3.0]])

@@ -123,3 +123,42 @@ def test_bad_arguments(rng):
     with pytest.raises(ValueError, match="no gradient"):
         gradcheck(layer_norm_forward, lambda d, c: (layer_norm_backward(d, c)[0], None),
                   (x, g, None), rng=rng, wrt=[0, 1])
+
+
+def test_module_and_function_are_both_reachable(rng):
+    import importlib
+    import types
+
+    import normlab
+    import normlab.gradcheck as mod
+
+    assert isinstance(mod, types.ModuleType)
+    assert mod is importlib.import_module("normlab.gradcheck")
+    assert mod.gradcheck is gradcheck and mod.GradcheckError is GradcheckError
+    x, g, b = rng.standard_normal((3, 4)), np.ones(4), np.zeros(4)
+    args = (layer_norm_forward, layer_norm_backward, (x, g, b))
+    called = normlab.gradcheck(*args, rng=np.random.default_rng(5))  # the module, called
+    direct = gradcheck(*args, rng=np.random.default_rng(5))
+    assert called == direct < TOL
+
+
+@pytest.mark.parametrize(("kwargs", "exc", "match"), [
+    ({"forward": None}, TypeError, "forward must be callable"),
+    ({"backward": None}, TypeError, "backward must be callable"),
+    ({"inputs": None}, TypeError, "inputs must be a tuple or list"),
+    ({"inputs": np.ones((2, 3))}, TypeError, r"wrap a single array as \(x,\)"),
+    ({"wrt": [3]}, ValueError, "wrt entry must be < 3"),
+    ({"wrt": [0.0]}, TypeError, "wrt entry must be an integer"),
+    ({"tol": -1.0}, ValueError, "tol"),
+    ({"names": ["x"]}, ValueError, "names must be a sequence of 3"),
+    ({"state": [[1.0]]}, TypeError, r"state\[0\] must be a numpy ndarray"),
+])
+def test_arguments_are_checked_before_the_generator_moves(kwargs, exc, match):
+    rng = np.random.default_rng(0)
+    before = rng.bit_generator.state
+    args = {"forward": layer_norm_forward, "backward": layer_norm_backward,
+            "inputs": (np.ones((2, 3)), np.ones(3), np.zeros(3))} | kwargs
+    with pytest.raises(exc, match=match):
+        gradcheck(args.pop("forward"), args.pop("backward"), args.pop("inputs"), rng=rng,
+                  **args)
+    assert rng.bit_generator.state == before

@@ -2,14 +2,18 @@
 
 The functional core (``*_forward`` / ``*_backward`` pairs) is re-exported here; layers live
 in :mod:`normlab.nn`, float formats and mixed precision in :mod:`normlab.precision`.
-``normlab.gradcheck`` is the finite-difference checker (module
-:mod:`normlab.gradcheck`, function of the same name, as ``torch.autograd.gradcheck``).
+``normlab.gradcheck`` is the finite-difference checker: the module
+:mod:`normlab.gradcheck` (``import normlab.gradcheck as m`` gives it, with ``m.gradcheck``
+and ``m.GradcheckError``), itself callable as its function, so ``normlab.gradcheck(...)``
+and ``from normlab import gradcheck; gradcheck(...)`` run the check.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from normlab.dropout import inverted_dropout, inverted_dropout_backward
-from normlab.gradcheck import GradcheckError, gradcheck
+from normlab.gradcheck import GradcheckError
 from normlab.norms import (
     BatchNormCache,
     GroupNormCache,
@@ -28,6 +32,11 @@ from normlab.norms import (
     rms_norm_backward,
     rms_norm_forward,
 )
+
+if TYPE_CHECKING:  # type checkers see the function (same signature as the call below)
+    from normlab.gradcheck import gradcheck
+else:  # the module, callable as its function (see normlab/gradcheck.py)
+    from normlab import gradcheck
 
 __version__ = "0.1.0"
 

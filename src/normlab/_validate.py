@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import ml_dtypes
@@ -19,16 +19,23 @@ import numpy as np
 
 __all__ = [
     "as_float_array",
+    "check_bool",
     "check_eps",
     "check_finite_real",
     "check_generator",
     "check_int",
+    "check_mapping",
+    "check_nonneg",
+    "check_positive",
     "check_probability",
     "check_shape",
+    "check_writeable",
     "compute_dtype",
     "is_float_dtype",
+    "native_dtype",
     "optional_float_array",
     "optional_grad",
+    "scalar_item",
 ]
 
 # The 2-byte and smaller float types that ml_dtypes adds; numpy does not count them as
@@ -64,7 +71,7 @@ def compute_dtype(dtype: Any) -> np.dtype:
     float16, bfloat16 and the fp8 types are widened to float32 (never computed in their own
     precision); float32 stays float32; float64 (and longdouble) use float64.
     """
-    dt = np.dtype(dtype)
+    dt = native_dtype(dtype)  # '>f8' is float64 too: never a silent float32 downgrade
     if dt == np.float64 or (np.issubdtype(dt, np.floating) and dt.itemsize > 8):
         return np.dtype(np.float64)
     return np.dtype(np.float32)
@@ -176,3 +183,69 @@ def check_generator(rng: Any, name: str = "rng") -> np.random.Generator:
             f"got {_describe(rng)}"
         )
     return rng
+
+
+def native_dtype(dtype: Any) -> np.dtype:
+    """``dtype`` in the machine's byte order: ``'>f8'`` gives float64 on a little-endian host.
+
+    Dtype decisions (``dt == np.float64``) are made on this, so an array read from a
+    big-endian file is computed in the same precision as a native one; values keep their
+    own byte order wherever they are written back.
+    """
+    dt = np.dtype(dtype)
+    return dt.newbyteorder("=") if dt.byteorder not in ("=", "|") else dt
+
+
+def check_bool(value: Any, name: str) -> bool:
+    """A bool (Python or numpy); 0/1 and other truthy objects are rejected."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be a bool (True or False); got {_describe(value)}")
+    return bool(value)
+
+
+def scalar_item(value: Any, name: str, *, allow_one_element: bool = False) -> Any:
+    """Unwrap a 0-d array (what ``np.load`` returns for a saved scalar) to a Python scalar.
+
+    With ``allow_one_element`` an array of exactly one element (any shape) is unwrapped too;
+    other arrays raise ``ValueError``. Non-arrays are returned unchanged for the caller's own
+    check (``check_finite_real``, ``check_int``, ``check_bool``).
+    """
+    if not isinstance(value, np.ndarray):
+        return value
+    if value.ndim == 0 or (allow_one_element and value.size == 1):
+        return value.reshape(()).item()
+    allowed = "a 1-element array" if allow_one_element else "a 0-d array"
+    raise ValueError(f"{name} must be a scalar or {allowed}; got {_describe(value)}")
+
+
+def check_nonneg(value: Any, name: str) -> float:
+    """A finite real number >= 0 (a 0-d array is unwrapped), returned as float."""
+    v = check_finite_real(scalar_item(value, name), name)
+    if v < 0.0:
+        raise ValueError(f"{name} must be >= 0; got {value!r}")
+    return v
+
+
+def check_positive(value: Any, name: str) -> float:
+    """A finite real number > 0 (a 0-d array is unwrapped), returned as float."""
+    v = check_finite_real(scalar_item(value, name), name)
+    if v <= 0.0:
+        raise ValueError(f"{name} must be > 0; got {value!r}")
+    return v
+
+
+def check_writeable(arr: Any, name: str, why: str = "it is updated in place") -> np.ndarray:
+    """An ndarray that can be written in place; ``why`` says what writes it."""
+    if not isinstance(arr, np.ndarray):
+        raise TypeError(f"{name} must be a numpy ndarray ({why}); got {_describe(arr)}")
+    if not arr.flags.writeable:
+        raise ValueError(f"{name} must be writeable ({why}); got a read-only array of shape "
+                         f"{arr.shape}")
+    return arr
+
+
+def check_mapping(value: Any, name: str, what: str = "a state dict") -> Any:
+    """A mapping (dict-like), e.g. a state dict given to ``load_state_dict``."""
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{name} must be a mapping ({what}); got {_describe(value)}")
+    return value

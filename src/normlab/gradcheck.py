@@ -25,13 +25,22 @@ less; a wrong term scores O(1).
 from __future__ import annotations
 
 import math
+import sys
+import types
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from normlab._validate import check_finite_real, check_generator, check_int, is_float_dtype
+from normlab._validate import (
+    check_generator,
+    check_int,
+    check_nonneg,
+    check_positive,
+    check_writeable,
+    is_float_dtype,
+)
 
 __all__ = ["GradcheckError", "gradcheck"]
 
@@ -176,15 +185,10 @@ def gradcheck(
     >>> err < 1e-6
     True
     """
-    rng = check_generator(rng)
-    if mode not in _MODES:
-        raise ValueError(f"mode must be one of {_MODES}; got {mode!r}")
-    num_directions = check_int(num_directions, "num_directions", minimum=1)
-    h = check_finite_real(h, "h")
-    floor = check_finite_real(floor, "floor")
-    if h <= 0 or floor <= 0:
-        raise ValueError(f"h and floor must be > 0; got h={h!r}, floor={floor!r}")
-    harness = _Harness(forward, list(inputs), state)
+    args = _check_args(forward, backward, inputs, rng, wrt, mode, num_directions, h, floor,
+                       tol, names, state)
+    inputs, wrt, num_directions, h, floor = args
+    harness = _Harness(forward, inputs, state)
     try:
         outs, cache = harness.run()
         harness.douts = [None if o is None else rng.standard_normal(np.shape(o)) for o in outs]
@@ -233,3 +237,61 @@ def _check_one(harness: _Harness, i: int, a: np.ndarray, name: str, mode: str,
         if err >= best.error:
             best = _Finding(name, err, f"direction {d}", ana, num)
     return best
+
+
+def _check_args(forward: Any, backward: Any, inputs: Any, rng: Any, wrt: Any, mode: Any,
+                num_directions: Any, h: Any, floor: Any, tol: Any, names: Any,
+                state: Any) -> tuple[list[Any], list[int] | None, int, float, float]:
+    """Every argument of :func:`gradcheck`, checked before forward runs or rng advances."""
+    for name, fn in (("forward", forward), ("backward", backward)):
+        if not callable(fn):
+            raise TypeError(f"{name} must be callable (a {name} function); "
+                            f"got {type(fn).__name__}")
+    if isinstance(inputs, (np.ndarray, str, bytes)) or not isinstance(inputs, Sequence):
+        raise TypeError("inputs must be a tuple or list of forward's arguments (wrap a "
+                        f"single array as (x,)); got {type(inputs).__name__}")
+    items = list(inputs)
+    check_generator(rng)
+    if mode not in _MODES:
+        raise ValueError(f"mode must be one of {_MODES}; got {mode!r}")
+    num_directions = check_int(num_directions, "num_directions", minimum=1)
+    h, floor = check_positive(h, "h"), check_positive(floor, "floor")
+    if tol is not None:
+        check_nonneg(tol, "tol")
+    indices = None if wrt is None else _check_wrt(wrt, items)
+    if names is not None and (isinstance(names, str) or not isinstance(names, Sequence)
+                              or len(names) != len(items)):
+        raise ValueError(f"names must be a sequence of {len(items)} labels, one per input; "
+                         f"got {names!r}"[:200])
+    if isinstance(state, np.ndarray) or not isinstance(state, Sequence):
+        raise TypeError(f"state must be a sequence of arrays; got {type(state).__name__}")
+    for k, arr in enumerate(state):
+        check_writeable(arr, f"state[{k}]", "it is restored in place")
+    return items, indices, num_directions, h, floor
+
+
+def _check_wrt(wrt: Any, items: list[Any]) -> list[int]:
+    if isinstance(wrt, (str, bytes)) or not isinstance(wrt, Sequence):
+        raise TypeError(f"wrt must be a sequence of input indices; got {wrt!r}")
+    out = []
+    for i in wrt:
+        k = check_int(i, "wrt entry", minimum=0)
+        if k >= len(items):
+            raise ValueError(f"wrt entry must be < {len(items)} (the number of inputs); got {k}")
+        if not (isinstance(items[k], np.ndarray) and is_float_dtype(items[k].dtype)):
+            raise TypeError(f"wrt: input {k} must be a float array; "
+                            f"got {type(items[k]).__name__}")
+        out.append(k)
+    return out
+
+
+class _CallableModule(types.ModuleType):
+    """This module, callable as its function: ``normlab.gradcheck(...)`` runs
+    :func:`gradcheck`, while ``import normlab.gradcheck as m`` gives the module (with
+    ``m.gradcheck``, ``m.GradcheckError``), as one name cannot be both otherwise."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> float:
+        return gradcheck(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

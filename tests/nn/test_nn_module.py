@@ -239,3 +239,24 @@ def test_clear_cache_forgets_every_forward() -> None:
     assert all(m.__dict__["_cache"] is None for _, m in net.named_modules())
     with pytest.raises(RuntimeError, match="forward"):
         net.backward(np.ones((2, 2)))
+
+
+def test_param_dtype_is_a_deprecated_alias_of_compute_dtype() -> None:
+    from normlab._validate import compute_dtype
+    from normlab.nn.module import param_dtype
+
+    for dt in (np.float16, np.float32, np.float64, np.dtype(">f8")):
+        x = np.ones(2, dtype=dt)
+        with pytest.warns(DeprecationWarning, match="compute_dtype"):
+            assert param_dtype(x) == compute_dtype(x.dtype)
+    assert compute_dtype(np.dtype(">f8")) == np.float64  # byte order never downgrades
+
+
+def test_module_load_accepts_big_endian_state() -> None:
+    net = nn.Sequential(nn.Linear(3, 2, rng=np.random.default_rng(0)), nn.BatchNorm(2))
+    state = {k: v.astype(">f8") for k, v in net.state_dict().items()}
+    other = nn.Sequential(nn.Linear(3, 2, rng=np.random.default_rng(1)), nn.BatchNorm(2))
+    other.load_state_dict(state)
+    for key, value in other.state_dict().items():
+        assert value.dtype == net.state_dict()[key].dtype  # the module's dtype is kept
+        np.testing.assert_array_equal(value, state[key])

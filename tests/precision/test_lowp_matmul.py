@@ -108,3 +108,14 @@ def test_bad_input() -> None:
         lowp_matmul(a, a.T, input_format="bf16", rounding="stochastic")  # no randomness
     with pytest.raises(ValueError):
         lowp_matmul(np.ones((2, 2, 2), np.float32), a, input_format="bf16")
+
+
+def test_big_endian_float64_is_rounded_once_not_through_float32() -> None:
+    # x = 1 + 2^-8 + 2^-40 lies just above the bf16 midpoint between 1 and 1 + 2^-7.
+    # Rounded once from float64 it goes up; via float32 it first lands on the midpoint
+    # (2^-40 is below float32's half ulp 2^-24), then ties to even go down to 1.
+    x = 1.0 + 2.0**-8 + 2.0**-40
+    for dt in ("<f8", ">f8"):
+        a = np.array([[x]], dtype=dt)
+        out = lowp_matmul(a, np.ones((1, 1), dtype=dt), input_format="bf16")
+        assert out.item() == 1.0 + 2.0**-7, dt

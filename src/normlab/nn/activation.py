@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from normlab._validate import as_float_array
-from normlab.nn.module import Module, param_dtype
+from normlab._validate import as_float_array, compute_dtype
+from normlab.nn.module import Module
 
 __all__ = ["GELU", "ReLU", "erf"]
 
@@ -120,14 +120,14 @@ class GELU(Module):
 
     def forward(self, x: Any) -> np.ndarray:
         x = as_float_array(x, "x")
-        xc = x.astype(param_dtype(x), copy=False)
+        xc = x.astype(compute_dtype(x.dtype), copy=False)
         y = _gelu(xc, self.approximate, derivative=False)
         self._save((x,))
         return y.astype(x.dtype, copy=False)
 
     def backward(self, dout: np.ndarray) -> np.ndarray:
         (x,) = self._take()
-        xc = x.astype(param_dtype(x), copy=False)
+        xc = x.astype(compute_dtype(x.dtype), copy=False)
         dy = _gelu(xc, self.approximate, derivative=True)
         return (np.asarray(dout) * dy).astype(x.dtype, copy=False)
 

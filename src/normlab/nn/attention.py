@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from normlab._validate import as_float_array, check_int
+from normlab._validate import as_float_array, check_int, compute_dtype
 from normlab.nn.linear import Linear
-from normlab.nn.module import Module, param_dtype
+from normlab.nn.module import Module
 
 __all__ = ["CausalSelfAttention", "causal_attention_weights"]
 
@@ -124,7 +124,7 @@ class CausalSelfAttention(Module):
             raise ValueError(
                 f"x must have shape (batch, time, {self.d_model}) (d_model); got shape {x.shape}"
             )
-        dt = param_dtype(x)
+        dt = compute_dtype(x.dtype)
         q = self._split(self.query(x).astype(dt, copy=False))  # B,H,T,S
         k = self._split(self.key(x).astype(dt, copy=False))  # B,H,T,S
         v = self._split(self.value(x).astype(dt, copy=False))  # B,H,T,S

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from normlab._validate import as_float_array, check_eps, check_int, check_probability
-from normlab.nn.module import Module, Parameter, param_dtype
+from normlab._validate import as_float_array, check_eps, check_int, check_probability, compute_dtype
+from normlab.nn.module import Module, Parameter
 from normlab.norms import batch_norm_backward, batch_norm_forward
 
 __all__ = ["BatchNorm"]
@@ -96,7 +96,7 @@ class BatchNorm(Module):
                 f"x must have {self.num_features} features (num_features) on axis {self.axis}; "
                 f"got shape {x.shape}"
             )
-        dt = param_dtype(x)
+        dt = compute_dtype(x.dtype)
         gamma = None if self.weight is None else self.weight.data.astype(dt, copy=False)
         beta = None if self.bias is None else self.bias.data.astype(dt, copy=False)
         out, cache = batch_norm_forward(

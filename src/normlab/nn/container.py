@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from normlab._validate import as_float_array
-from normlab.nn.module import Module, param_dtype
+from normlab._validate import as_float_array, compute_dtype
+from normlab.nn.module import Module
 from normlab.nn.normalization import LayerNorm, RMSNorm
 from normlab.norms import (
     add_layer_norm_backward,
@@ -151,7 +151,7 @@ class Residual(Module):
     def _fused_post_forward(
         self, norm: LayerNorm | RMSNorm, f: np.ndarray, x: np.ndarray
     ) -> np.ndarray:
-        dt = param_dtype(x)
+        dt = compute_dtype(x.dtype)
         k = len(norm.normalized_shape)
         w = None if norm.weight is None else norm.weight.data.astype(dt, copy=False)
         if isinstance(norm, LayerNorm):

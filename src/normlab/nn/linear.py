@@ -16,8 +16,14 @@ from typing import Any
 
 import numpy as np
 
-from normlab._validate import as_float_array, check_finite_real, check_generator, check_int
-from normlab.nn.module import Module, Parameter, param_dtype
+from normlab._validate import (
+    as_float_array,
+    check_finite_real,
+    check_generator,
+    check_int,
+    compute_dtype,
+)
+from normlab.nn.module import Module, Parameter
 
 __all__ = ["Embedding", "Linear"]
 
@@ -118,7 +124,7 @@ class Linear(Module):
                 f"x must have {self.in_features} features on its last axis (in_features); "
                 f"got shape {x.shape}"
             )
-        dt = param_dtype(x)
+        dt = compute_dtype(x.dtype)
         xc = x.astype(dt, copy=False)  # N,I
         w = self.weight.data.astype(dt, copy=False)  # O,I
         out = xc @ w.T  # N,O
@@ -210,7 +216,7 @@ class Embedding(Module):
     def backward(self, dout: np.ndarray) -> None:
         (idx,) = self._take()
         d = np.asarray(dout)
-        grad = np.zeros(self.weight.shape, dtype=param_dtype(d))  # V,D
+        grad = np.zeros(self.weight.shape, dtype=compute_dtype(d.dtype))  # V,D
         np.add.at(grad, idx.reshape(-1), d.reshape(-1, self.embedding_dim))
         self.weight.accumulate(grad)
         return None

@@ -9,8 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from normlab._validate import as_float_array
-from normlab.nn.module import param_dtype
+from normlab._validate import as_float_array, compute_dtype
 
 __all__ = ["softmax_cross_entropy"]
 
@@ -74,7 +73,7 @@ def softmax_cross_entropy(
         )
     if reduction not in ("mean", "sum"):
         raise ValueError(f"reduction must be 'mean' or 'sum'; got {reduction!r}")
-    zc = z.astype(param_dtype(z), copy=False).reshape(-1, n_cls)  # (N),V
+    zc = z.astype(compute_dtype(z.dtype), copy=False).reshape(-1, n_cls)  # (N),V
     tf = t.reshape(-1)  # (N)
     rows = np.arange(tf.size)
     shifted = zc - zc.max(axis=-1, keepdims=True)  # (N),V  <= 0, max exactly 0

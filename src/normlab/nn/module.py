@@ -17,13 +17,14 @@ and float32 otherwise.
 
 from __future__ import annotations
 
+import warnings
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
-from normlab._validate import as_float_array, compute_dtype
+from normlab._validate import as_float_array, check_bool, compute_dtype
 
 __all__ = ["Module", "Parameter"]
 
@@ -180,14 +181,16 @@ class Module:
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Reset the gradient of every parameter (see :meth:`Parameter.zero_grad`)."""
+        set_to_none = check_bool(set_to_none, "set_to_none")
         for p in self.parameters():
             p.zero_grad(set_to_none)
 
     # -- modes --------------------------------------------------------------------------
     def train(self, mode: bool = True) -> Module:
         """Set training mode on this module and every sub-module; returns self."""
+        mode = check_bool(mode, "mode")
         for _, mod in self.named_modules():
-            object.__setattr__(mod, "training", bool(mode))
+            object.__setattr__(mod, "training", mode)
         return self
 
     def eval(self) -> Module:
@@ -196,7 +199,10 @@ class Module:
 
     # -- state --------------------------------------------------------------------------
     def state_dict(self) -> dict[str, np.ndarray]:
-        """Copies of every parameter and buffer, keyed by dotted name."""
+        """Copies of every parameter and buffer, keyed by dotted name.
+
+        Arrays only, so ``np.savez(f, **module.state_dict())`` works without pickle.
+        """
         state: dict[str, np.ndarray] = {}
         for name, p in self.named_parameters():
             state[name] = p.data.copy()
@@ -207,7 +213,10 @@ class Module:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Copy values into parameters and buffers (dtype of the target kept).
 
-        Every key and shape is checked before anything is written.
+        Every key and shape is checked before anything is written. Each parameter gets a
+        new ``.data`` array (optimizers hold the Parameter, so they follow), which is how a
+        :class:`~normlab.precision.MasterWeights` built earlier sees the load: it re-reads
+        its masters from the new values instead of writing stale masters over them.
 
         Raises
         ------
@@ -285,5 +294,7 @@ class Module:
 
 
 def param_dtype(x: np.ndarray) -> np.dtype:
-    """The dtype parameters are cast to for an input ``x`` (float64 or float32)."""
+    """Deprecated: use ``normlab._validate.compute_dtype(x.dtype)`` (the same rule)."""
+    warnings.warn("normlab.nn.module.param_dtype is deprecated; it is compute_dtype(x.dtype) "
+                  "from normlab._validate", DeprecationWarning, stacklevel=2)
     return compute_dtype(x.dtype)

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from normlab._validate import as_float_array, check_eps, check_finite_real, check_int
-from normlab.nn.module import Module, Parameter, param_dtype
+from normlab._validate import as_float_array, check_eps, check_finite_real, check_int, compute_dtype
+from normlab.nn.module import Module, Parameter
 from normlab.norms import (
     group_norm_backward,
     group_norm_forward,
@@ -112,7 +112,7 @@ class LayerNorm(Module):
     def forward(self, x: Any) -> np.ndarray:
         x = as_float_array(x, "x", min_ndim=1)
         check_trailing(x, self.normalized_shape, "LayerNorm")
-        dt = param_dtype(x)
+        dt = compute_dtype(x.dtype)
         out, cache = layer_norm_forward(
             x, _cast(self.weight, dt), _cast(self.bias, dt), self.eps,
             normalized_ndim=len(self.normalized_shape),
@@ -182,7 +182,7 @@ class RMSNorm(Module):
         x = as_float_array(x, "x", min_ndim=1)
         check_trailing(x, self.normalized_shape, "RMSNorm")
         out, cache = rms_norm_forward(
-            x, _cast(self.weight, param_dtype(x)), self.eps, offset=self.offset,
+            x, _cast(self.weight, compute_dtype(x.dtype)), self.eps, offset=self.offset,
             normalized_ndim=len(self.normalized_shape),
         )
         self._save((cache,))
@@ -259,7 +259,7 @@ class GroupNorm(Module):
                 f"x must have shape (N, {self.num_channels}, ...) (num_channels on axis 1); "
                 f"got shape {x.shape}"
             )
-        dt = param_dtype(x)
+        dt = compute_dtype(x.dtype)
         out, cache = group_norm_forward(
             x, self.num_groups, _cast(self.weight, dt), _cast(self.bias, dt), self.eps
         )

@@ -3,10 +3,12 @@
 Contract: ``params`` is any iterable of objects with ``.data`` (a float ndarray, updated in
 place) and ``.grad`` (a float ndarray of the same shape, or None: that parameter is
 skipped, as in PyTorch). Optimizer state (momentum buffer, Adam moments) is float32, or
-float64 for float64 parameters; the update is computed in that precision and written back
-into ``.data``'s dtype (so bfloat16/float16 parameters are rounded to nearest: keep float32
-master weights, see :mod:`normlab.precision.mixed`). ``step`` validates every gradient
-before it changes anything.
+float64 for float64 parameters of either byte order (``'>f8'`` too); the update is computed
+in that precision and written back into ``.data``'s dtype (so bfloat16/float16 parameters
+are rounded to nearest: keep float32 master weights, see :mod:`normlab.precision.mixed`).
+``step`` validates every parameter (a writeable float array), gradient and state entry
+before it changes anything. ``state_dict`` / ``load_state_dict`` use PyTorch's layout;
+loading validates the whole dict first (see :mod:`normlab.nn._optimizer`).
 
 Scalars follow PyTorch's single-tensor (CPU) implementation: hyperparameters and
 Python-side bias corrections are computed in float64 and rounded to the state dtype when
@@ -17,80 +19,15 @@ one FMA, so agreement with torch.optim is to about one float32 ulp per step, not
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
 
-from normlab._validate import as_float_array, check_finite_real, optional_grad
+from normlab._validate import check_bool, check_finite_real, check_int, check_nonneg, scalar_item
+from normlab.nn._optimizer import _Optimizer
 
 __all__ = ["SGD", "AdamW"]
-
-
-def _nonneg(value: Any, name: str) -> float:
-    v = check_finite_real(value, name)
-    if v < 0.0:
-        raise ValueError(f"{name} must be >= 0; got {value!r}")
-    return v
-
-
-class _Optimizer:
-    """Shared parameter handling: validation, zero_grad, per-parameter state."""
-
-    def __init__(self, params: Iterable[Any]) -> None:
-        if isinstance(params, np.ndarray) or not isinstance(params, Iterable):
-            raise TypeError(
-                "params must be an iterable of objects with .data and .grad "
-                f"(e.g. a list of Parameters); got {type(params).__name__}"
-            )
-        plist = list(params)
-        if not plist:
-            raise ValueError("params is empty: the optimizer has nothing to update")
-        for i, p in enumerate(plist):
-            if not (hasattr(p, "data") and hasattr(p, "grad")):
-                raise TypeError(
-                    f"params[{i}] must have .data and .grad attributes; got {type(p).__name__}"
-                )
-            if not isinstance(p.data, np.ndarray):
-                raise TypeError(
-                    f"params[{i}].data must be a numpy ndarray (updated in place); "
-                    f"got {type(p.data).__name__}"
-                )
-            as_float_array(p.data, f"params[{i}].data")
-        self.params = plist
-        self.state: dict[int, dict[str, Any]] = {}
-
-    @staticmethod
-    def _state_dtype(p: Any) -> type[np.floating[Any]]:
-        return np.float64 if p.data.dtype == np.float64 else np.float32
-
-    def _grads(self) -> list[np.ndarray | None]:
-        """Every gradient, validated before any parameter or state is touched."""
-        return [
-            optional_grad(p.grad, p.data.shape, f"params[{i}].grad")
-            for i, p in enumerate(self.params)
-        ]
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        """Set every ``.grad`` to None (PyTorch's default) or fill it with zeros in place."""
-        for p in self.params:
-            if set_to_none:
-                p.grad = None
-            elif p.grad is not None:
-                p.grad[...] = 0
-
-    def _hyper(self) -> dict[str, Any]:
-        raise NotImplementedError
-
-    def state_dict(self) -> dict[str, Any]:
-        """``{"state": {index: {name: value}}, "param_groups": [{hyperparameters, params}]}``
-        (PyTorch's layout; arrays are copies)."""
-        state = {
-            i: {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in s.items()}
-            for i, s in self.state.items()
-        }
-        group = {**self._hyper(), "params": list(range(len(self.params)))}
-        return {"state": state, "param_groups": [group]}
 
 
 class SGD(_Optimizer):
@@ -117,6 +54,13 @@ class SGD(_Optimizer):
     array([0.95, 0.95], dtype=float32)
     """
 
+    _HYPER = ("lr", "momentum", "dampening", "weight_decay", "nesterov")
+    lr: float
+    momentum: float
+    dampening: float
+    weight_decay: float
+    nesterov: bool
+
     def __init__(
         self,
         params: Iterable[Any],
@@ -126,27 +70,35 @@ class SGD(_Optimizer):
         weight_decay: float = 0.0,
         nesterov: bool = False,
     ) -> None:
-        lr_, mu = _nonneg(lr, "lr"), _nonneg(momentum, "momentum")
-        damp, wd = check_finite_real(dampening, "dampening"), _nonneg(weight_decay, "weight_decay")
-        if not isinstance(nesterov, (bool, np.bool_)):
-            raise TypeError(f"nesterov must be a bool; got {nesterov!r}")
+        hyper = self._check_hyper({"lr": lr, "momentum": momentum, "dampening": dampening,
+                                   "weight_decay": weight_decay, "nesterov": nesterov})
+        super().__init__(params, hyper)
+
+    def _check_hyper(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        lr, mu = check_nonneg(values["lr"], "lr"), check_nonneg(values["momentum"], "momentum")
+        damp = check_finite_real(scalar_item(values["dampening"], "dampening"), "dampening")
+        wd = check_nonneg(values["weight_decay"], "weight_decay")
+        nesterov = check_bool(scalar_item(values["nesterov"], "nesterov"), "nesterov")
         if nesterov and (mu <= 0.0 or damp != 0.0):
             raise ValueError(
                 "nesterov=True requires momentum > 0 and dampening == 0; "
-                f"got momentum={momentum!r}, dampening={dampening!r}"
+                f"got momentum={values['momentum']!r}, dampening={values['dampening']!r}"
             )
-        super().__init__(params)
-        self.lr, self.momentum, self.dampening = lr_, mu, damp
-        self.weight_decay, self.nesterov = wd, bool(nesterov)
+        return {"lr": lr, "momentum": mu, "dampening": damp, "weight_decay": wd,
+                "nesterov": nesterov}
 
-    def _hyper(self) -> dict[str, Any]:
-        return {
-            "lr": self.lr, "momentum": self.momentum, "dampening": self.dampening,
-            "weight_decay": self.weight_decay, "nesterov": self.nesterov,
-        }
+    def _check_entry(self, i: int, entry: Mapping[str, Any],
+                     hyper: Mapping[str, Any]) -> dict[str, Any]:
+        unexpected = sorted(str(k) for k in entry if k != "momentum_buffer")
+        if unexpected:
+            raise ValueError(f"state['state'][{i}] may only hold 'momentum_buffer'; "
+                             f"got {unexpected}")
+        if entry.get("momentum_buffer") is None:  # torch stores None without momentum
+            return {}
+        return {"momentum_buffer": self._state_array(i, entry, "momentum_buffer")}
 
     def step(self) -> None:
-        """One update of every parameter that has a gradient."""
+        """One update of every parameter that has a gradient (all validated first)."""
         grads = self._grads()
         for i, (p, grad) in enumerate(zip(self.params, grads, strict=True)):
             if grad is None:
@@ -195,6 +147,12 @@ class AdamW(_Optimizer):
     array([0.9, 0.9], dtype=float32)
     """
 
+    _HYPER = ("lr", "betas", "eps", "weight_decay")
+    lr: float
+    betas: tuple[float, float]
+    eps: float
+    weight_decay: float
+
     def __init__(
         self,
         params: Iterable[Any],
@@ -203,23 +161,42 @@ class AdamW(_Optimizer):
         eps: float = 1e-8,
         weight_decay: float = 1e-2,
     ) -> None:
-        lr_, eps_ = _nonneg(lr, "lr"), _nonneg(eps, "eps")
-        wd = _nonneg(weight_decay, "weight_decay")
+        hyper = self._check_hyper({"lr": lr, "betas": betas, "eps": eps,
+                                   "weight_decay": weight_decay})
+        super().__init__(params, hyper)
+
+    def _check_hyper(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        lr, eps = check_nonneg(values["lr"], "lr"), check_nonneg(values["eps"], "eps")
+        wd = check_nonneg(values["weight_decay"], "weight_decay")
+        betas = values["betas"]
+        if isinstance(betas, np.ndarray) and betas.shape == (2,):
+            betas = tuple(betas.tolist())  # a pair saved through np.savez
         if not isinstance(betas, (tuple, list)) or len(betas) != 2:
             raise TypeError(f"betas must be a pair (beta1, beta2); got {betas!r}")
-        b = tuple(check_finite_real(x, f"betas[{k}]") for k, x in enumerate(betas))
+        b = tuple(check_finite_real(scalar_item(x, f"betas[{k}]"), f"betas[{k}]")
+                  for k, x in enumerate(betas))
         for k, x in enumerate(b):
             if not 0.0 <= x < 1.0:
                 raise ValueError(f"betas[{k}] must be in [0, 1); got {betas[k]!r}")
-        super().__init__(params)
-        self.lr, self.betas, self.eps, self.weight_decay = lr_, (b[0], b[1]), eps_, wd
+        return {"lr": lr, "betas": (b[0], b[1]), "eps": eps, "weight_decay": wd}
 
-    def _hyper(self) -> dict[str, Any]:
-        return {"lr": self.lr, "betas": self.betas, "eps": self.eps,
-                "weight_decay": self.weight_decay}
+    def _check_entry(self, i: int, entry: Mapping[str, Any],
+                     hyper: Mapping[str, Any]) -> dict[str, Any]:
+        keys = {"step", "exp_avg", "exp_avg_sq"}
+        if set(entry) != keys:
+            raise ValueError(f"state['state'][{i}] must have the keys {sorted(keys)}; "
+                             f"got {sorted(str(k) for k in entry)}")
+        step = check_int(scalar_item(entry["step"], f"state['state'][{i}]['step']"),
+                         f"state['state'][{i}]['step']", minimum=1)
+        m = self._state_array(i, entry, "exp_avg")
+        v = self._state_array(i, entry, "exp_avg_sq")
+        if not bool(np.all(v >= 0)):  # also catches NaN: sqrt(v) would poison the weights
+            raise ValueError(f"state['state'][{i}]['exp_avg_sq'] must be >= 0 everywhere "
+                             "(a second moment); it holds negative or NaN values")
+        return {"step": step, "exp_avg": m, "exp_avg_sq": v}
 
     def step(self) -> None:
-        """One update of every parameter that has a gradient."""
+        """One update of every parameter that has a gradient (all validated first)."""
         grads = self._grads()
         b1, b2 = self.betas
         for i, (p, grad) in enumerate(zip(self.params, grads, strict=True)):

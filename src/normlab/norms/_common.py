@@ -54,7 +54,9 @@ def resolve_normalized_ndim(
     if normalized_ndim is None:
         given = [(name, p) for name, p in zip(names, params, strict=False)
                  if p is not None]
-        source, k = (f"{given[0][0]}.ndim", np.ndim(given[0][1])) if given else ("default", 1)
+        # converted first, so a ragged list is reported under its own name
+        source, k = ((f"{given[0][0]}.ndim", as_float_array(given[0][1], given[0][0]).ndim)
+                     if given else ("default", 1))
         if k < 1:
             raise ValueError(
                 f"{given[0][0]} must have at least one dimension (it covers the normalised "

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-__all__: list[str] = []
-
-# --- formats, rounding, codes, chapter listings (owner: formats) ---
 from normlab.precision.codes import (
     BitLayout,
     bit_layout,
@@ -29,15 +26,34 @@ from normlab.precision.formats import (
     formats_table,
     get_format,
 )
+from normlab.precision.fp8_scaling import (
+    DelayedScaling,
+    Fp8Meta,
+    Fp8Tensor,
+    compute_scale,
+    fp8_quantize,
+    quantize_current_scaling,
+)
 from normlab.precision.listings import (
     fp16_overflows_but_bfloat16_keeps_range,
     loss_scaled_gradient,
     round_to_bfloat16,
 )
+from normlab.precision.loss_scaling import DynamicLossScaler, StaticLossScaler
+from normlab.precision.lowp_update import LowPrecisionUpdater
+from normlab.precision.master_weights import MasterWeights
+from normlab.precision.matmul import lowp_matmul
+from normlab.precision.mixed import StepResult, clip_grad_norm, mixed_precision_step
+from normlab.precision.mx import (
+    MXTensor,
+    e8m0_scales,
+    mx_dequantize,
+    mx_quantize,
+)
 from normlab.precision.random_bits import splitmix64, stochastic_words
 from normlab.precision.rounding import RoundingMode, quantize
 
-__all__ += [
+__all__ = [
     "BFLOAT16",
     "FLOAT4_E2M1FN",
     "FLOAT6_E2M3FN",
@@ -49,66 +65,38 @@ __all__ += [
     "FLOAT32",
     "NAMED_FORMATS",
     "BitLayout",
-    "Format",
-    "NanConvention",
-    "RoundingMode",
-    "bit_layout",
-    "decode",
-    "encode",
-    "formats_table",
-    "fp16_overflows_but_bfloat16_keeps_range",
-    "from_ml_dtypes",
-    "get_format",
-    "loss_scaled_gradient",
-    "quantize",
-    "round_to_bfloat16",
-    "splitmix64",
-    "stochastic_words",
-    "to_ml_dtypes",
-]
-
-# --- scaling and training (owner: scaling) ---
-from normlab.precision.fp8_scaling import (  # noqa: E402  (after the formats block)
-    DelayedScaling,
-    Fp8Meta,
-    Fp8Tensor,
-    compute_scale,
-    fp8_quantize,
-    quantize_current_scaling,
-)
-from normlab.precision.loss_scaling import DynamicLossScaler, StaticLossScaler  # noqa: E402
-from normlab.precision.matmul import lowp_matmul  # noqa: E402
-from normlab.precision.mixed import (  # noqa: E402
-    LowPrecisionUpdater,
-    MasterWeights,
-    StepResult,
-    clip_grad_norm,
-    mixed_precision_step,
-)
-from normlab.precision.mx import (  # noqa: E402
-    MXTensor,
-    e8m0_scales,
-    mx_dequantize,
-    mx_quantize,
-)
-
-__all__ += [
     "DelayedScaling",
     "DynamicLossScaler",
+    "Format",
     "Fp8Meta",
     "Fp8Tensor",
     "LowPrecisionUpdater",
     "MXTensor",
     "MasterWeights",
+    "NanConvention",
+    "RoundingMode",
     "StaticLossScaler",
     "StepResult",
+    "bit_layout",
     "clip_grad_norm",
     "compute_scale",
+    "decode",
     "e8m0_scales",
+    "encode",
+    "formats_table",
     "fp8_quantize",
+    "fp16_overflows_but_bfloat16_keeps_range",
+    "from_ml_dtypes",
+    "get_format",
+    "loss_scaled_gradient",
     "lowp_matmul",
     "mixed_precision_step",
     "mx_dequantize",
     "mx_quantize",
+    "quantize",
     "quantize_current_scaling",
+    "round_to_bfloat16",
+    "splitmix64",
+    "stochastic_words",
+    "to_ml_dtypes",
 ]

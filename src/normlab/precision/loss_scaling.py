@@ -21,107 +21,30 @@ Micikevicius et al., "Mixed Precision Training", ICLR 2018 (loss scaling).
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
-from normlab._validate import as_float_array, check_finite_real, check_int
+from normlab._validate import check_int, scalar_item
+from normlab.precision._scaler_ops import (
+    as_f32_scale,
+    check_found_inf,
+    check_growth,
+    check_min_scale,
+    check_state_keys,
+    collect_grads,
+    found_inf,
+    inv,
+    multiply_in_place,
+    scale_loss,
+)
 
 __all__ = ["DynamicLossScaler", "StaticLossScaler"]
 
-_F32_MAX = float(np.finfo(np.float32).max)
-
-
-def _as_f32_scale(value: Any, name: str) -> float:
-    """A finite scale > 0 that stays finite and non-zero once rounded to float32."""
-    v = check_finite_real(value, name)
-    if v <= 0.0:
-        raise ValueError(f"{name} must be > 0; got {value!r}")
-    with np.errstate(over="ignore", under="ignore"):
-        f = float(np.float32(v))
-    if not math.isfinite(f) or f == 0.0:
-        raise ValueError(
-            f"{name} must be representable as a finite, non-zero float32 "
-            f"(between about 1.4e-45 and 3.4e38); got {value!r}"
-        )
-    return f
-
-
-def _inv(scale: float) -> float:
-    """float32(1 / float64(scale)); a scale that underflowed to 0 gives inf (as in torch)."""
-    if scale == 0.0:
-        return math.inf
-    with np.errstate(over="ignore"):
-        return float(np.float32(1.0 / scale))
-
-
-def _collect_grads(grads: Any) -> list[np.ndarray]:
-    """The gradient arrays to unscale in place; ``None`` entries (no gradient) are skipped."""
-    items = [grads] if isinstance(grads, np.ndarray) else grads
-    if isinstance(items, Mapping):
-        items = list(items.values())
-    if not isinstance(items, Iterable) or isinstance(items, (str, bytes)):
-        raise TypeError(
-            f"grads must be an ndarray or a sequence of ndarrays; got {type(grads).__name__}"
-        )
-    out: list[np.ndarray] = []
-    for i, g in enumerate(items):
-        if g is None:
-            continue
-        if not isinstance(g, np.ndarray):
-            raise TypeError(
-                f"grads[{i}] must be a numpy ndarray (it is unscaled in place); "
-                f"got {type(g).__name__}"
-            )
-        as_float_array(g, f"grads[{i}]")
-        if not g.flags.writeable:
-            raise ValueError(f"grads[{i}] must be writeable (it is unscaled in place)")
-        out.append(g)
-    return out
-
-
-def _found_inf(arrays: list[np.ndarray]) -> bool:
-    # Checked on the scaled values, before the multiplication (GradScaler's order).
-    return any(not bool(np.isfinite(g).all()) for g in arrays)
-
-
-def _multiply_in_place(arrays: list[np.ndarray], inv_scale: float) -> None:
-    """g <- g * inv_scale in float32 arithmetic (float64 for float64 arrays)."""
-    if inv_scale == 1.0:  # GradScaler leaves the values untouched in this case
-        return
-    with np.errstate(over="ignore", invalid="ignore"):
-        for g in arrays:
-            if g.dtype == np.float64:
-                g *= np.float64(inv_scale)
-            elif g.dtype == np.float32:
-                g *= np.float32(inv_scale)
-            else:  # float16, bfloat16, fp8: widen, multiply in float32, round back
-                g[...] = (g.astype(np.float32) * np.float32(inv_scale)).astype(g.dtype)
-
-
-def _check_found_inf(found_inf: Any) -> bool:
-    if isinstance(found_inf, (bool, np.bool_)):
-        return bool(found_inf)
-    if isinstance(found_inf, np.ndarray) and found_inf.size == 1:
-        found_inf = found_inf.reshape(()).item()
-    v = check_finite_real(found_inf, "found_inf")
-    return v != 0.0
-
-
-def _scale_loss(loss: Any, scale: float) -> Any:
-    """loss * scale, computed in float32 (float64 for float64 losses), in loss's dtype."""
-    if isinstance(loss, (bool, np.bool_)):
-        raise TypeError(f"loss must be a real floating value; got {loss!r}")
-    if isinstance(loss, (int, float)):
-        return float(loss) * scale
-    arr = as_float_array(loss, "loss")
-    work = np.dtype(np.float64 if arr.dtype == np.float64 else np.float32)
-    wide: np.ndarray = arr.astype(work)
-    with np.errstate(over="ignore", invalid="ignore"):
-        out = (wide * work.type(scale)).astype(arr.dtype)
-    return out if isinstance(loss, np.ndarray) and loss.ndim > 0 else out[()]
+# GradScaler.state_dict()'s keys; the rest are normlab's extensions.
+_TORCH_KEYS = ("scale", "growth_factor", "backoff_factor", "growth_interval", "_growth_tracker")
+_EXTRA_KEYS = ("hysteresis", "_hysteresis_tracker", "min_scale")
 
 
 class _LossScaler:
@@ -142,11 +65,11 @@ class _LossScaler:
     @property
     def inv_scale(self) -> float:
         """float32(1 / float64(scale)): the factor ``unscale`` multiplies by."""
-        return _inv(self._scale)
+        return inv(self._scale)
 
     def scale_loss(self, loss: Any) -> Any:
         """``loss * scale`` in float32 arithmetic (float64 for float64), in loss's dtype."""
-        return _scale_loss(loss, self._scale)
+        return scale_loss(loss, self._scale)
 
     def unscale(self, grads: Any) -> bool:
         """Check the scaled gradients for inf/NaN, then multiply them in place by inv_scale.
@@ -156,9 +79,9 @@ class _LossScaler:
         step is skipped anyway). Returns True when any value was inf or NaN; the result is
         also recorded for an ``update()`` called without ``found_inf``.
         """
-        arrays = _collect_grads(grads)
-        found = _found_inf(arrays)
-        _multiply_in_place(arrays, self.inv_scale)
+        arrays = collect_grads(grads)
+        found = found_inf(arrays)
+        multiply_in_place(arrays, self.inv_scale)
         self._pending = found or bool(self._pending)
         return found
 
@@ -170,7 +93,7 @@ class _LossScaler:
                 )
             overflow = self._pending
         else:
-            overflow = _check_found_inf(found_inf)
+            overflow = check_found_inf(found_inf)
         self._pending = None
         return overflow
 
@@ -220,41 +143,43 @@ class DynamicLossScaler(_LossScaler):
         hysteresis: int = 1,
         min_scale: float | None = None,
     ) -> None:
-        scale, gf, bf, gi, hy, ms = self._check_params(
-            init_scale, growth_factor, backoff_factor, growth_interval, hysteresis, min_scale
-        )
+        scale = as_f32_scale(init_scale, "init_scale")
+        gf, bf, gi = check_growth(growth_factor, backoff_factor, growth_interval, "")
+        hy = check_int(hysteresis, "hysteresis", minimum=1)
+        ms = check_min_scale(min_scale, scale, "min_scale", "init_scale")
         self._scale = scale
         self.growth_factor, self.backoff_factor, self.growth_interval = gf, bf, gi
         self.hysteresis, self.min_scale = hy, ms
         self._growth_tracker = 0
         self._hysteresis_tracker = hy
 
-    @staticmethod
-    def _check_params(
-        scale: Any, gf: Any, bf: Any, gi: Any, hy: Any, ms: Any, scale_name: str = "init_scale"
-    ) -> tuple[float, float, float, int, int, float | None]:
-        s = _as_f32_scale(scale, scale_name)
-        g = check_finite_real(gf, "growth_factor")
-        if g <= 1.0:
-            raise ValueError(f"growth_factor must be > 1 (it grows the scale); got {gf!r}")
-        b = check_finite_real(bf, "backoff_factor")
-        if not 0.0 < b < 1.0:
-            raise ValueError(f"backoff_factor must be in (0, 1) (it shrinks the scale); got {bf!r}")
-        interval = check_int(gi, "growth_interval", minimum=1)
-        h = check_int(hy, "hysteresis", minimum=1)
-        m = None
-        if ms is not None:
-            m = _as_f32_scale(ms, "min_scale")
-            if m > s:
-                raise ValueError(f"min_scale must be <= {scale_name} ({s}); got {ms!r}")
-        return s, g, b, interval, h, m
-
-    def update(self, found_inf: Any = None) -> None:
+    def update(self, found_inf: Any = None, *, new_scale: Any = None) -> None:
         """Adjust the scale after one optimizer step (one backoff at most per call).
 
-        ``found_inf``: bool or number (non-zero = overflow); None uses what ``unscale``
-        found since the last update (GradScaler's ``update()``).
+        ``found_inf``: a bool, 0 or 1 (or a 1-element array of one); None uses what
+        ``unscale`` found since the last update (GradScaler's ``update()``).
+
+        ``new_scale``: GradScaler's ``update(new_scale)``: a number or a 1-element float
+        array that becomes the scale (rounded to float32); the growth and hysteresis
+        trackers are kept and what ``unscale`` recorded is dropped, as in torch. It must be
+        finite, >= 0 and not below ``min_scale``; it cannot be combined with ``found_inf``.
+        Keyword-only, because ``update(x)`` passes a found_inf flag here.
+
+        Example
+        -------
+        >>> s = DynamicLossScaler(8.0); s.update(new_scale=np.array([2.0**10])); s.scale
+        1024.0
         """
+        if new_scale is not None:
+            if found_inf is not None:
+                raise ValueError(
+                    "pass found_inf or new_scale, not both (GradScaler.update(new_scale) "
+                    f"sets the scale and ignores overflows); got found_inf={found_inf!r}"
+                )
+            scale = as_f32_scale(new_scale, "new_scale", allow_zero=True, allow_one_element=True)
+            check_min_scale(self.min_scale, scale, "min_scale", "new_scale")
+            self._scale, self._pending = scale, None
+            return
         overflow = self._take_found_inf(found_inf)
         if overflow:
             self._growth_tracker = 0
@@ -278,8 +203,11 @@ class DynamicLossScaler(_LossScaler):
 
     def state_dict(self) -> dict[str, Any]:
         """GradScaler's keys (scale, growth_factor, backoff_factor, growth_interval,
-        _growth_tracker) plus hysteresis, _hysteresis_tracker and min_scale."""
-        return {
+        _growth_tracker) plus hysteresis, _hysteresis_tracker and (when set) min_scale.
+
+        Python scalars only, so ``np.savez(f, **scaler.state_dict())`` works.
+        """
+        state: dict[str, Any] = {
             "scale": self._scale,
             "growth_factor": self.growth_factor,
             "backoff_factor": self.backoff_factor,
@@ -287,38 +215,53 @@ class DynamicLossScaler(_LossScaler):
             "_growth_tracker": self._growth_tracker,
             "hysteresis": self.hysteresis,
             "_hysteresis_tracker": self._hysteresis_tracker,
-            "min_scale": self.min_scale,
         }
+        if self.min_scale is not None:
+            state["min_scale"] = self.min_scale
+        return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore from :meth:`state_dict` or from a GradScaler state dict.
+        """Restore from :meth:`state_dict` or from ``torch.amp.GradScaler.state_dict()``.
 
-        Missing hysteresis keys keep the current settings (tracker restored to full);
-        everything is validated before anything is assigned.
+        Values may be Python scalars or 0-d arrays (``np.load``). A scale of 0.0 (reached
+        by backoff underflow) is accepted, as torch does. A GradScaler dict (no
+        ``hysteresis`` key) keeps this scaler's hysteresis and min_scale settings and
+        restores the hysteresis counter to full; in a normlab dict a missing min_scale
+        means no floor. Everything is validated (min_scale <= scale, tracker <
+        growth_interval, ...) before anything is assigned, so a rejected state changes
+        nothing.
+
+        Raises
+        ------
+        TypeError / ValueError naming the offending key.
         """
-        if not isinstance(state, Mapping):
-            raise TypeError(f"state must be a mapping; got {type(state).__name__}")
-        required = ("scale", "growth_factor", "backoff_factor", "growth_interval")
-        missing = [k for k in (*required, "_growth_tracker") if k not in state]
-        if missing:
-            raise ValueError(f"state is missing keys {missing}; it has {sorted(state)}")
-        hy_in = state.get("hysteresis", self.hysteresis)
-        ms_in = state.get("min_scale", self.min_scale if "hysteresis" not in state else None)
-        scale, gf, bf, gi, hy, ms = self._check_params(
-            state["scale"], state["growth_factor"], state["backoff_factor"],
-            state["growth_interval"], hy_in, None, scale_name="state['scale']",
-        )
-        if ms_in is not None:
-            ms = _as_f32_scale(ms_in, "state['min_scale']")
-        tracker = check_int(state["_growth_tracker"], "state['_growth_tracker']", minimum=0)
+        check_state_keys(state, _TORCH_KEYS, _TORCH_KEYS + _EXTRA_KEYS, "DynamicLossScaler")
+        scale = as_f32_scale(state["scale"], "state['scale']", allow_zero=True)
+        gf, bf, gi = check_growth(state["growth_factor"], state["backoff_factor"],
+                                   state["growth_interval"], "state")
+        tracker = check_int(scalar_item(state["_growth_tracker"], "state['_growth_tracker']"),
+                            "state['_growth_tracker']", minimum=0)
         if tracker >= gi:
             raise ValueError(
                 f"state['_growth_tracker'] must be < growth_interval ({gi}); got {tracker}"
             )
-        h_tracker = check_int(state.get("_hysteresis_tracker", hy), "state['_hysteresis_tracker']")
+        ours = "hysteresis" in state
+        hy = check_int(scalar_item(state.get("hysteresis", self.hysteresis),
+                                   "state['hysteresis']"), "state['hysteresis']", minimum=1)
+        h_tracker = check_int(scalar_item(state.get("_hysteresis_tracker", hy),
+                                          "state['_hysteresis_tracker']"),
+                              "state['_hysteresis_tracker']")
+        if h_tracker > hy:
+            raise ValueError(
+                f"state['_hysteresis_tracker'] must be <= hysteresis ({hy}); got {h_tracker}"
+            )
+        ms_name = "state['min_scale']" if "min_scale" in state else "min_scale (kept)"
+        ms_in = state.get("min_scale", None if ours else self.min_scale)
+        ms = check_min_scale(ms_in, scale, ms_name, "state['scale']")
         self._scale, self.growth_factor, self.backoff_factor = scale, gf, bf
         self.growth_interval, self.hysteresis, self.min_scale = gi, hy, ms
-        self._growth_tracker, self._hysteresis_tracker = tracker, min(h_tracker, hy)
+        self._growth_tracker, self._hysteresis_tracker = tracker, h_tracker
+        self._pending = None
 
     def __repr__(self) -> str:
         return (
@@ -340,7 +283,7 @@ class StaticLossScaler(_LossScaler):
     """
 
     def __init__(self, scale: float = 1.0) -> None:
-        self._scale = _as_f32_scale(scale, "scale")
+        self._scale = as_f32_scale(scale, "scale")
 
     def update(self, found_inf: Any = None) -> None:
         """Validates ``found_inf`` and changes nothing (the scale is static)."""
@@ -351,10 +294,14 @@ class StaticLossScaler(_LossScaler):
         return {"scale": self._scale}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore the scale from :meth:`state_dict`."""
-        if not isinstance(state, Mapping) or "scale" not in state:
-            raise ValueError(f"state must be a mapping with key 'scale'; got {state!r}"[:200])
-        self._scale = _as_f32_scale(state["scale"], "state['scale']")
+        """Restore the scale from :meth:`state_dict` (a Python float or a 0-d array).
+
+        A dynamic scaler's state (GradScaler keys) is refused: load it into
+        :class:`DynamicLossScaler`. Nothing changes on error.
+        """
+        check_state_keys(state, ("scale",), ("scale",), "StaticLossScaler")
+        self._scale = as_f32_scale(state["scale"], "state['scale']")
+        self._pending = None
 
     def __repr__(self) -> str:
         return f"StaticLossScaler(scale={self._scale!r})"

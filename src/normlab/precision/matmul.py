@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from normlab._validate import as_float_array, check_int
+from normlab._validate import as_float_array, check_int, native_dtype
 from normlab.precision.formats import Format, get_format
 from normlab.precision.rounding import quantize
 
@@ -33,8 +33,8 @@ def _as_f32(x: Any, name: str) -> np.ndarray:
     arr = as_float_array(x, name)
     if arr.ndim not in (1, 2):
         raise ValueError(f"{name} must be 1-D or 2-D; got shape {arr.shape}")
-    if arr.dtype == np.float64:
-        return arr  # rounded once from float64 by quantize (no detour through float32)
+    if native_dtype(arr.dtype) == np.float64:  # '>f8' too: never a silent float32 detour
+        return arr.astype(np.float64, copy=False)  # rounded once from float64 by quantize
     return arr.astype(np.float32)
 
 
@@ -57,7 +57,9 @@ def lowp_matmul(
 
     Parameters
     ----------
-    a: (M, K) or (K,) float array. b: (K, N) or (K,) float array (numpy matmul shapes).
+    a: (M, K) or (K,) float array. b: (K, N) or (K,) float array (numpy matmul shapes);
+        float64 of either byte order is rounded once from float64, other dtypes go
+        through float32.
     input_format: format both inputs are rounded to (e.g. ``"bf16"``, ``"e4m3"``).
     accumulate_format: format of the accumulator, or None for float32 accumulation.
     chunk: additions between accumulator roundings (integer >= 1); needs accumulate_format.

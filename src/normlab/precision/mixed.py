@@ -7,6 +7,8 @@ needs: unscale (and check) the gradients, skip the step on overflow (only the sc
 changes), clip the *unscaled* gradient norm, step the optimizer on the masters, refresh the
 working copy. :class:`LowPrecisionUpdater` is the comparison without masters: weights held
 in the format itself, updated by round-to-nearest, stochastic rounding or Kahan summation.
+Both classes live in their own files (``master_weights.py``, ``lowp_update.py``) and are
+re-exported here.
 
 Micikevicius et al., "Mixed Precision Training", ICLR 2018 (master weights, loss scaling);
 Zamirai et al., "Revisiting BFloat16 Training", 2020 (stochastic rounding, Kahan updates).
@@ -23,13 +25,12 @@ import numpy as np
 
 from normlab._validate import (
     as_float_array,
-    check_finite_real,
-    check_generator,
-    check_shape,
-    optional_grad,
+    check_nonneg,
+    check_positive,
+    check_writeable,
 )
-from normlab.precision.formats import Format, get_format
-from normlab.precision.rounding import quantize
+from normlab.precision.lowp_update import LowPrecisionUpdater
+from normlab.precision.master_weights import MasterWeights
 
 __all__ = [
     "LowPrecisionUpdater",
@@ -38,81 +39,6 @@ __all__ = [
     "clip_grad_norm",
     "mixed_precision_step",
 ]
-
-_UPDATE_MODES = ("nearest", "stochastic", "kahan")
-
-
-class _Master:
-    """A float32 master parameter: ``.data`` and ``.grad`` like any optimizer parameter."""
-
-    def __init__(self, data: np.ndarray) -> None:
-        self.data = data
-        self.grad: np.ndarray | None = None
-
-
-class MasterWeights:
-    """float32 masters for ``params`` and their working copy rounded to ``fmt``.
-
-    ``working = quantize(master, fmt)``, written into each ``param.data`` (in its own dtype,
-    which must hold fmt's values: float32 holds every format up to float32).
-
-    Parameters
-    ----------
-    params: objects with ``.data`` (float ndarray) and ``.grad``.
-    fmt: a :class:`Format` or a name (``"bf16"``, ``"fp16"``, ``"e4m3"``, ...).
-    rounding: how the working copy is rounded (``"nearest"`` default, or ``"stochastic"``
-        with ``rng``). saturate: passed to ``quantize`` (fp8 without inf: clip to max).
-
-    Example
-    -------
-    >>> import types
-    >>> p = types.SimpleNamespace(data=np.array([1 + 2**-10], np.float32), grad=None)
-    >>> mw = MasterWeights([p], "bf16"); p.data.tolist(), mw.params[0].data.tolist()
-    ([1.0], [1.0009765625])
-    """
-
-    def __init__(
-        self,
-        params: Iterable[Any],
-        fmt: Format | str,
-        *,
-        rounding: str = "nearest",
-        saturate: bool = False,
-        rng: np.random.Generator | None = None,
-    ) -> None:
-        self.fmt = get_format(fmt)
-        plist = list(params)
-        if not plist:
-            raise ValueError("params is empty: there is nothing to keep master weights for")
-        for i, p in enumerate(plist):
-            if not isinstance(getattr(p, "data", None), np.ndarray) or not hasattr(p, "grad"):
-                raise TypeError(f"params[{i}] must have .data (an ndarray) and .grad")
-            as_float_array(p.data, f"params[{i}].data")
-        if rounding == "stochastic":
-            check_generator(rng)
-        self.rounding, self.saturate, self.rng = rounding, bool(saturate), rng
-        self.working = plist
-        self.params = [_Master(p.data.astype(np.float32)) for p in plist]
-        self.refresh()
-
-    def refresh(self) -> None:
-        """Write ``quantize(master, fmt)`` into every working ``.data`` (before a forward)."""
-        for w, m in zip(self.working, self.params, strict=True):
-            q = quantize(m.data, self.fmt, rounding=self.rounding, saturate=self.saturate,
-                         rng=self.rng)
-            w.data[...] = q.astype(w.data.dtype)
-
-    def grads(self) -> list[np.ndarray | None]:
-        """The working copy's gradients (what the loss scaler unscales), validated."""
-        return [
-            optional_grad(w.grad, m.data.shape, f"params[{i}].grad")
-            for i, (w, m) in enumerate(zip(self.working, self.params, strict=True))
-        ]
-
-    def copy_grads_to_masters(self) -> None:
-        """``master.grad = float32(working.grad)`` (None stays None)."""
-        for g, m in zip(self.grads(), self.params, strict=True):
-            m.grad = None if g is None else g.astype(np.float32)
 
 
 def clip_grad_norm(grads: Sequence[np.ndarray | None], max_norm: float, *,
@@ -124,11 +50,20 @@ def clip_grad_norm(grads: Sequence[np.ndarray | None], max_norm: float, *,
     the gradients non-finite (they should have been caught by the loss scaler).
 
     Returns the total norm before clipping.
+
+    Raises
+    ------
+    TypeError / ValueError: max_norm not > 0, eps not >= 0, an entry that is not a
+    writeable float ndarray (checked for every entry before any is scaled).
     """
-    mx = check_finite_real(max_norm, "max_norm")
-    if mx <= 0:
-        raise ValueError(f"max_norm must be > 0; got {max_norm!r}")
+    mx = check_positive(max_norm, "max_norm")
+    eps = check_nonneg(eps, "eps")
+    if isinstance(grads, np.ndarray) or not isinstance(grads, Iterable):
+        raise TypeError(f"grads must be a sequence of ndarrays (or None); got {type(grads)}")
     arrays = [g for g in grads if g is not None]
+    for i, g in enumerate(arrays):
+        check_writeable(g, f"grads[{i}]", "it is scaled in place")
+        as_float_array(g, f"grads[{i}]")
     total = math.sqrt(sum(float(np.sum(np.square(g, dtype=np.float64))) for g in arrays))
     coef = min(1.0, mx / (total + eps))
     for g in arrays:
@@ -154,12 +89,12 @@ def mixed_precision_step(
        divides them by the scale in place); 2. on overflow: ``scaler.update(True)`` and
        return, masters, optimizer state and working weights untouched; 3. copy the grads to
        the float32 masters; 4. clip their norm (after unscaling, so ``max_norm`` means the
-       true gradient norm); 5. ``optimizer.step()`` (built on ``master.params``);
+       true gradient norm); 5. ``optimizer.step()`` (built on ``master.masters``);
        6. ``scaler.update(False)``; 7. ``master.refresh()``.
 
     Parameters
     ----------
-    master: the :class:`MasterWeights`. optimizer: e.g. ``AdamW(master.params)``.
+    master: the :class:`MasterWeights`. optimizer: e.g. ``AdamW(master.masters)``.
     scaler: a Dynamic/StaticLossScaler. max_norm: clip threshold, or None for no clipping.
 
     Example
@@ -167,15 +102,12 @@ def mixed_precision_step(
     >>> from normlab.nn.optim import SGD
     >>> from normlab.precision.loss_scaling import DynamicLossScaler
     >>> import types; p = types.SimpleNamespace(data=np.ones(2, np.float32), grad=None)
-    >>> mw = MasterWeights([p], "fp16"); opt = SGD(mw.params, lr=0.5)
+    >>> mw = MasterWeights([p], "fp16"); opt = SGD(mw.masters, lr=0.5)
     >>> p.grad = np.full(2, 1024.0, np.float32)  # gradient of a loss scaled by 1024
     >>> mixed_precision_step(mw, opt, DynamicLossScaler(1024.0)).skipped, p.data.tolist()
     (False, [0.5, 0.5])
     """
-    if max_norm is not None:
-        mx = check_finite_real(max_norm, "max_norm")
-        if mx <= 0:
-            raise ValueError(f"max_norm must be > 0; got {max_norm!r}")
+    _check_step_args(master, optimizer, scaler, max_norm)
     found_inf = scaler.unscale(master.grads())
     if found_inf:
         scaler.update(True)
@@ -183,66 +115,28 @@ def mixed_precision_step(
     master.copy_grads_to_masters()
     norm = None
     if max_norm is not None:
-        norm = clip_grad_norm([m.grad for m in master.params], max_norm)
+        norm = clip_grad_norm([m.grad for m in master.masters], max_norm)
     optimizer.step()
     scaler.update(False)
     master.refresh()
     return StepResult(False, norm, float(scaler.scale))
 
 
-class LowPrecisionUpdater:
-    """Update weights stored in ``fmt`` itself (no master copy): ``w <- round(w + delta)``.
-
-    Modes: ``"nearest"`` (ties to even: updates below half an ulp of w are lost),
-    ``"stochastic"`` (unbiased: E[round(w + d)] = w + d; needs ``rng``), ``"kahan"``
-    (compensated: ``y = d - c; s = w + y; c = (s - w) - y; w = s``, every operation rounded
-    to fmt and the compensation ``c`` stored in fmt, one buffer per weight array;
-    Zamirai et al. 2020). ``w + delta`` is formed in float64 and rounded once.
-
-    Example
-    -------
-    >>> w = np.ones(1, np.float32); up = LowPrecisionUpdater("bf16", "kahan")
-    >>> for _ in range(8): up.apply(w, np.full(1, 2.0**-10, np.float32))
-    >>> w.tolist()  # round-to-nearest would have stayed at 1.0
-    [1.0078125]
-    """
-
-    def __init__(self, fmt: Format | str, mode: str = "nearest",
-                 rng: np.random.Generator | None = None) -> None:
-        self.fmt = get_format(fmt)
-        if mode not in _UPDATE_MODES:
-            raise ValueError(f"mode must be one of {_UPDATE_MODES}; got {mode!r}")
-        if mode == "stochastic":
-            check_generator(rng)
-        self.mode, self.rng = mode, rng
-        self._comp: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-
-    def _q(self, x: np.ndarray, rounding: str = "nearest") -> np.ndarray:
-        return quantize(x, self.fmt, rounding=rounding, rng=self.rng)
-
-    def compensation(self, weights: np.ndarray) -> np.ndarray:
-        """The Kahan compensation buffer of ``weights`` (zeros before the first update)."""
-        entry = self._comp.get(id(weights))
-        if entry is None or entry[0] is not weights:
-            comp = np.zeros(weights.shape, np.float64)
-            self._comp[id(weights)] = (weights, comp)
-            return comp
-        return entry[1]
-
-    def apply(self, weights: np.ndarray, delta: Any) -> None:
-        """``weights <- round(weights + delta)`` in place (weights hold values of fmt)."""
-        if not isinstance(weights, np.ndarray):
-            raise TypeError(f"weights must be an ndarray (updated in place); got {type(weights)}")
-        w = as_float_array(weights, "weights")
-        d = as_float_array(delta, "delta")
-        check_shape(d, w.shape, "delta", "the shape of weights")
-        w64, d64 = w.astype(np.float64), d.astype(np.float64)
-        if self.mode == "kahan":
-            c = self.compensation(weights)
-            y = self._q(d64 - c)
-            s = self._q(w64 + y)
-            c[...] = self._q(self._q(s - w64) - y)
-            new = s
-        else:
-            new = self._q(w64 + d64, self.mode)
-        weights[...] = new.astype(weights.dtype)
+def _check_step_args(master: Any, optimizer: Any, scaler: Any, max_norm: Any) -> None:
+    """Everything mixed_precision_step needs, checked before a gradient is unscaled."""
+    if not isinstance(master, MasterWeights):
+        raise TypeError(f"master must be a MasterWeights; got {type(master).__name__}")
+    if not callable(getattr(optimizer, "step", None)):
+        raise TypeError(f"optimizer must have a step() method; got {type(optimizer).__name__}")
+    for method in ("unscale", "update"):
+        if not callable(getattr(scaler, method, None)):
+            raise TypeError(f"scaler must have unscale() and update() (a DynamicLossScaler or "
+                            f"StaticLossScaler); got {type(scaler).__name__}")
+    working = {id(w) for w in master.working}
+    if any(id(p) in working for p in getattr(optimizer, "params", ())):
+        raise ValueError(
+            "optimizer updates the working (rounded) parameters, which refresh() overwrites "
+            "from the masters: build it on master.masters, e.g. AdamW(master.masters)"
+        )
+    if max_norm is not None:
+        check_positive(max_norm, "max_norm")

@@ -136,7 +136,7 @@ def _train(settings: Settings, mode: str, steps: int, progress: Progress) -> dic
     net = _Net(f, h, np.random.default_rng([settings.seed, 40]))
     fp16 = mode != "fp32"
     master = MasterWeights(net.params, FLOAT16 if fp16 else FLOAT32)  # fp32 masters
-    opt = SGD(master.params, lr=_LR / LOSS_WEIGHT)
+    opt = SGD(master.masters, lr=_LR / LOSS_WEIGHT)
     scaler: DynamicLossScaler | StaticLossScaler = StaticLossScaler(1.0)
     if mode == "fp16+scaler":
         scaler = DynamicLossScaler(init_scale=2.0**40, growth_interval=50)

@@ -115,7 +115,7 @@ def _descend(
         grad = a.T @ (a @ w - b)  # D, the gradient at the working weights
         delta = (-lr * grad).astype(np.float32)  # D
         if master is not None:
-            master.params[0].data += delta
+            master.masters[0].data += delta
             master.refresh()
         else:
             assert updater is not None
