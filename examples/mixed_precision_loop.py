@@ -36,7 +36,7 @@ def main() -> float:
     )
     params = list(model.parameters())
     master = MasterWeights(params, "bf16")  # model weights now hold bf16 values
-    optimizer = AdamW(master.params, lr=3e-3, weight_decay=0.01)  # on the float32 masters
+    optimizer = AdamW(master.masters, lr=3e-3, weight_decay=0.01)  # on the float32 masters
     scaler = DynamicLossScaler(init_scale=2.0**16, growth_interval=100)
 
     losses = []
