@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from normlab._backend import KernelFallbackWarning
 from normlab.dropout import inverted_dropout, inverted_dropout_backward
 from normlab.gradcheck import GradcheckError
 from normlab.norms import (
@@ -44,6 +45,7 @@ __all__ = [
     "BatchNormCache",
     "GradcheckError",
     "GroupNormCache",
+    "KernelFallbackWarning",
     "LayerNormCache",
     "RMSNormCache",
     "__version__",

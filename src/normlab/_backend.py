@@ -1,31 +1,67 @@
-"""The one dispatch point between the NumPy references and the fused kernels.
+"""The one "kernel or reference" decision behind every public op.
 
-Contract: a public function validates its inputs, then asks :func:`kernel` for a compiled
-implementation registered under the function's name. A kernel receives exactly the
-validated arguments of the reference implementation and returns either the same result
-(same types, same cache class) or ``NotImplemented`` when it cannot serve those inputs
-(a dtype, layout or option it does not handle); the caller then runs the reference.
+Contract: a public function validates its inputs, then calls :func:`dispatch` with the
+op's name, its NumPy reference and the validated arguments. A kernel registered under that
+name (:mod:`normlab.kernels`) receives exactly those arguments and returns the reference's
+result types, or ``NotImplemented`` when it cannot serve them (a dtype, layout or option it
+does not handle); the reference then runs. Both paths run under the same
+``np.errstate``: a NaN/inf row gives NaN/inf in that row only, without NumPy warnings.
 
-``NORMLAB_BACKEND=numpy`` (read at every call) or a missing numba selects the references.
-``NORMLAB_BACKEND=numba`` (or unset) uses the kernels where they exist.
+Failures never reach the caller. Any failure to import, compile, cache, load or call a
+kernel becomes one :class:`KernelFallbackWarning` per cause (naming the cause and the fix),
+then correct results:
+
+1. numba cannot write its cache (read-only install, unwritable home: "no locator
+   available", ``PermissionError``): numba is pointed at a fresh temporary folder
+   (``NUMBA_CACHE_DIR`` semantics) and the kernels are loaded again;
+2. a corrupted cache file (``UnpicklingError``, ``EOFError`` from a truncated ``.nbi`` /
+   ``.nbc``): the kernels' cache files are deleted where possible and the kernel is
+   compiled again, so the cache heals itself;
+3. anything else, or a retry that fails too: the NumPy reference, for this op from now on.
+
+A generator passed to a kernel (dropout) is restored before the reference runs, so a
+fallback draws the same random numbers.
+
+``NORMLAB_BACKEND=numpy`` (read at every call) selects the references; ``numba`` (or
+unset) uses the kernels where they exist.
 """
 
 from __future__ import annotations
 
+import glob
 import os
+import pickle
+import sys
+import tempfile
 import threading
+import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["backend", "kernel", "register", "use_backend"]
+import numpy as np
+
+__all__ = [
+    "KernelFallbackWarning",
+    "backend",
+    "dispatch",
+    "kernel",
+    "register",
+    "use_backend",
+]
 
 _REGISTRY: dict[str, Callable[..., Any]] = {}
-_LOADED = False
-_AVAILABLE = False
-_LOCK = threading.Lock()
+_STATE: dict[str, Any] = {"loaded": False, "available": False, "cache_moved": False}
+_DISABLED: set[str] = set()  # ops whose kernel failed for good in this process
+_WARNED: set[tuple[str, str]] = set()
+_LOCK = threading.RLock()
 _OVERRIDE: list[str] = []
 _BACKENDS = ("numba", "numpy")
+_CORRUPT = (pickle.UnpicklingError, EOFError, ValueError, AttributeError, ImportError)
+
+
+class KernelFallbackWarning(RuntimeWarning):
+    """A compiled kernel could not be used; normlab recovered (results stay correct)."""
 
 
 def register(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -60,22 +96,146 @@ def use_backend(name: str) -> Iterator[None]:
         _OVERRIDE.pop()
 
 
-def _load() -> bool:
-    global _LOADED, _AVAILABLE
-    with _LOCK:
-        if not _LOADED:
-            try:
-                import normlab.kernels  # noqa: F401  (registers its kernels on import)
+def _warn_once(cause: BaseException, action: str) -> None:
+    key = (type(cause).__name__, str(cause)[:200])
+    if key in _WARNED:
+        return
+    _WARNED.add(key)
+    warnings.warn(
+        f"normlab kernels: {type(cause).__name__}: {str(cause)[:300]}. {action} Fix: make "
+        "the numba cache writable (set NUMBA_CACHE_DIR to a writable folder; a corrupted "
+        "cache is deleted automatically), reinstall numba if it cannot be imported, or set "
+        "NORMLAB_BACKEND=numpy to use the NumPy references without this warning.",
+        KernelFallbackWarning,
+        stacklevel=4,
+    )
 
-                _AVAILABLE = True
-            except ImportError:  # numba missing: every public function still works
-                _AVAILABLE = False
-            _LOADED = True
-    return _AVAILABLE
+
+def _is_cache_location_error(exc: BaseException) -> bool:
+    return isinstance(exc, PermissionError) or (
+        isinstance(exc, RuntimeError) and "cannot cache" in str(exc)
+    )
+
+
+def _move_cache_to_tmp() -> bool:
+    """Point numba's cache at a fresh temporary folder; False when already done."""
+    if _STATE["cache_moved"]:
+        return False
+    folder = tempfile.mkdtemp(prefix="normlab-numba-cache-")
+    os.environ["NUMBA_CACHE_DIR"] = folder  # read by numba when it is imported
+    config = sys.modules.get("numba.core.config")  # already imported: set it there too
+    if config is not None:
+        setattr(config, "CACHE_DIR", folder)  # noqa: B010
+    _STATE["cache_moved"] = True
+    return True
+
+
+def _forget_kernels() -> None:
+    for mod in [m for m in sys.modules if m == "normlab.kernels" or
+                m.startswith("normlab.kernels.")]:
+        del sys.modules[mod]
+    _REGISTRY.clear()
+
+
+def _heal_cache() -> None:
+    """Delete the kernels' numba cache files (index and data) wherever they can be found."""
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels", "__pycache__")
+    folders = [here]
+    if os.environ.get("NUMBA_CACHE_DIR"):
+        folders.append(os.environ["NUMBA_CACHE_DIR"])
+    for folder in folders:
+        for pattern in ("**/*.nbi", "**/*.nbc"):
+            for path in glob.glob(os.path.join(folder, pattern), recursive=True):
+                try:
+                    os.remove(path)
+                except OSError:
+                    pass
+
+
+def _import_kernels() -> None:
+    import normlab.kernels  # noqa: F401  (registers its kernels on import)
+
+
+def _load() -> bool:
+    with _LOCK:
+        if _STATE["loaded"]:
+            return bool(_STATE["available"])
+        try:
+            _import_kernels()
+            _STATE["available"] = True
+        except Exception as exc:
+            _STATE["available"] = _recover_import(exc)
+        _STATE["loaded"] = True
+        return bool(_STATE["available"])
+
+
+def _recover_import(exc: BaseException) -> bool:
+    """Retry a failed kernel import once with a temporary cache; False: references only."""
+    _forget_kernels()
+    if _is_cache_location_error(exc) and _move_cache_to_tmp():
+        try:
+            _import_kernels()
+        except Exception as again:
+            _forget_kernels()
+            _warn_once(again, "Using the NumPy references.")
+            return False
+        _warn_once(exc, f"Kernels cache to the temporary folder {os.environ['NUMBA_CACHE_DIR']}.")
+        return True
+    _warn_once(exc, "Using the NumPy references.")
+    return False
 
 
 def kernel(name: str) -> Callable[..., Any] | None:
     """The compiled kernel registered for ``name``, or None when the reference must run."""
-    if backend() == "numpy" or not _load():
+    if backend() == "numpy" or name in _DISABLED or not _load():
         return None
     return _REGISTRY.get(name)
+
+
+def _generator_states(args: tuple[Any, ...]) -> list[tuple[Any, Any]]:
+    return [(a, a.bit_generator.state) for a in args if isinstance(a, np.random.Generator)]
+
+
+def _call_kernel(name: str, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    """fn(*args), healing the cache once on failure; NotImplemented when it cannot run."""
+    states = _generator_states(args)
+    for attempt in range(2):
+        try:
+            return fn(*args)
+        except Exception as exc:
+            for gen, state in states:
+                gen.bit_generator.state = state
+            if attempt == 0 and isinstance(exc, _CORRUPT):
+                _heal_cache()
+                _warn_once(exc, "Deleted the kernels' cache files and compiled again.")
+                continue
+            if attempt == 0 and _is_cache_location_error(exc) and _move_cache_to_tmp():
+                _warn_once(exc, "Kernels now cache to a temporary folder.")
+                continue
+            _DISABLED.add(name)
+            _warn_once(exc, f"Using the NumPy reference for {name}.")
+            return NotImplemented
+    return NotImplemented  # pragma: no cover  (the loop always returns)
+
+
+def dispatch(name: str, ref: Callable[..., Any], *args: Any) -> Any:
+    """Run the kernel registered under ``name`` when it serves ``args``, else ``ref(*args)``.
+
+    ``args`` are the validated arguments of ``ref``. NaN/inf inputs and float32 overflow
+    produce NaN/inf in the affected rows without NumPy warnings, on both paths.
+
+    Example
+    -------
+    >>> dispatch("no such op", lambda a: a + 1, 1)
+    2
+    """
+    fn = kernel(name)
+    # A row holding inf or NaN yields NaN in that row only (inf - inf inside the row), a huge
+    # bfloat16 value may overflow float32 when squared, and 1/sqrt(0 + eps) may overflow for
+    # a tiny eps: documented results, like PyTorch's, so NumPy's warnings are silenced.
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        if fn is not None:
+            result = _call_kernel(name, fn, args)
+            if result is not NotImplemented:
+                return result
+        return ref(*args)

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["mean_square", "mean_var", "rstd_from"]
+__all__ = ["centred_grad", "mean_square", "mean_var", "rstd_from"]
 
 
 def _count(x: np.ndarray, axes: Sequence[int]) -> int:
@@ -76,3 +76,39 @@ def mean_square(x: np.ndarray, axes: Sequence[int]) -> np.ndarray:
 def rstd_from(var: np.ndarray, eps: float) -> np.ndarray:
     """1 / sqrt(var + eps) in ``var``'s dtype (eps is a Python float, so it does not widen)."""
     return 1.0 / np.sqrt(var + eps)
+
+
+def centred_grad(
+    gh: np.ndarray, xhat: np.ndarray, rstd: np.ndarray, axes: Sequence[int]
+) -> np.ndarray:
+    r"""The input gradient of a mean/variance normalisation over ``axes``.
+
+    .. math:: \bar x = \mathrm{rstd}\,(g - \mathrm{mean}(g) - \hat x\,\mathrm{mean}(g \hat x))
+
+    (chapter equation 16.3): remove the mean direction and the x_hat direction of the scaled
+    upstream gradient ``g = dout * gamma``, then undo the scaling. LayerNorm, BatchNorm
+    (training) and GroupNorm differ only in ``axes``.
+
+    Parameters
+    ----------
+    gh : ndarray, the upstream gradient times the gain, in the compute dtype.
+    xhat : ndarray of gh's shape, the normalised input.
+    rstd : ndarray broadcasting against gh (the reduced axes of length 1).
+    axes : the normalised axes (means over them).
+
+    Returns
+    -------
+    dx : ndarray of gh's shape.
+
+    Example
+    -------
+    >>> g = np.array([[1.0, 2.0, 3.0]]); xh = np.array([[-1.0, 0.0, 1.0]])
+    >>> centred_grad(g, xh, np.ones((1, 1)), (1,)).tolist()
+    [[0.0, 0.0, 0.0]]
+    """
+    axes = tuple(axes)
+    return rstd * (
+        gh
+        - np.mean(gh, axis=axes, keepdims=True)
+        - xhat * np.mean(gh * xhat, axis=axes, keepdims=True)
+    )

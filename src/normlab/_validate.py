@@ -19,8 +19,11 @@ import numpy as np
 
 __all__ = [
     "as_float_array",
+    "as_native",
+    "as_shape",
     "check_bool",
     "check_eps",
+    "check_eps_for",
     "check_finite_real",
     "check_generator",
     "check_int",
@@ -29,6 +32,7 @@ __all__ = [
     "check_positive",
     "check_probability",
     "check_shape",
+    "check_trailing",
     "check_writeable",
     "compute_dtype",
     "is_float_dtype",
@@ -249,3 +253,53 @@ def check_mapping(value: Any, name: str, what: str = "a state dict") -> Any:
     if not isinstance(value, Mapping):
         raise TypeError(f"{name} must be a mapping ({what}); got {_describe(value)}")
     return value
+
+
+def as_native(arr: np.ndarray) -> np.ndarray:
+    """``arr`` in native byte order: itself when it already is, else a native copy.
+
+    Kernels and dtype decisions work on native arrays; a big-endian ``'>f8'`` input becomes
+    a native float64 copy (same values), so it is computed in float64, never in float32.
+
+    Example
+    -------
+    >>> as_native(np.array([1.5], dtype=">f8")).dtype == np.float64
+    True
+    """
+    dt = native_dtype(arr.dtype)
+    return arr if dt == arr.dtype else arr.astype(dt)
+
+
+def check_eps_for(eps: float, dtype: Any, name: str = "eps") -> float:
+    """eps (already checked by :func:`check_eps`) must be a normal number of ``dtype``.
+
+    Below ``np.finfo(dtype).tiny`` (1.2e-38 for float32, 2.2e-308 for float64) eps is
+    flushed or subnormal in the compute dtype and ``1/sqrt(var + eps)`` overflows for a
+    constant row, so the result would not be finite.
+    """
+    tiny = float(np.finfo(dtype).tiny)
+    if eps < tiny:
+        raise ValueError(
+            f"{name} must be >= {tiny:.3g} (the smallest normal {np.dtype(dtype).name}, the "
+            f"compute dtype here) so that 1/sqrt(var + eps) stays finite; got {eps!r}"
+        )
+    return eps
+
+
+def as_shape(value: Any, name: str = "normalized_shape") -> tuple[int, ...]:
+    """An int or a sequence of ints >= 1 as a non-empty tuple."""
+    if isinstance(value, Sequence) and not isinstance(value, str):
+        dims = tuple(check_int(d, f"{name}[{i}]", minimum=1) for i, d in enumerate(value))
+        if not dims:
+            raise ValueError(f"{name} must name at least one dimension; got {value!r}")
+        return dims
+    return (check_int(value, name, minimum=1),)
+
+
+def check_trailing(x: np.ndarray, shape: tuple[int, ...], layer: str) -> None:
+    """ValueError unless the trailing dims of x equal ``shape`` (a layer's normalized_shape)."""
+    k = len(shape)
+    if x.ndim < k or tuple(x.shape[x.ndim - k :]) != shape:
+        raise ValueError(
+            f"x must end with the dims {shape} ({layer} normalized_shape); got shape {x.shape}"
+        )

@@ -14,8 +14,14 @@ from typing import Any
 
 import numpy as np
 
-from normlab._backend import kernel
-from normlab._validate import as_float_array, check_generator, check_probability, check_shape
+from normlab._backend import dispatch
+from normlab._validate import (
+    as_float_array,
+    as_native,
+    check_generator,
+    check_probability,
+    check_shape,
+)
 
 __all__ = ["inverted_dropout", "inverted_dropout_backward"]
 
@@ -55,15 +61,13 @@ def inverted_dropout(
     >>> sorted(set(out.tolist())) in ([0.0, 2.0], [2.0], [0.0])
     True
     """
-    x = as_float_array(x, "x")
+    x = as_native(as_float_array(x, "x"))
     check_probability(drop_probability, "drop_probability")
     rng = check_generator(rng)
-    fn = kernel("inverted_dropout")
-    if fn is not None:
-        result = fn(x, drop_probability, rng)
-        if result is not NotImplemented:
-            return result
-    return _inverted_dropout_ref(x, drop_probability, rng)
+    result: tuple[np.ndarray, np.ndarray] = dispatch(
+        "inverted_dropout", _inverted_dropout_ref, x, drop_probability, rng
+    )
+    return result
 
 
 def inverted_dropout_backward(
@@ -92,7 +96,7 @@ def inverted_dropout_backward(
     >>> inverted_dropout_backward(np.ones(3), np.array([True, False, True]), 0.5).tolist()
     [2.0, 0.0, 2.0]
     """
-    dout = as_float_array(dout, "dout")
+    dout = as_native(as_float_array(dout, "dout"))
     check_probability(drop_probability, "drop_probability")
     if isinstance(keep, np.bool_):  # the mask of a 0-d x
         keep = np.asarray(keep)

@@ -21,9 +21,9 @@ from normlab._backend import kernel, use_backend  # noqa: E402
 @pytest.fixture(autouse=True)
 def _parallel_even_when_small(monkeypatch):
     """Small test arrays still take the multi-threaded path (normally serial below 2^17)."""
-    from normlab.kernels import _threads
+    from normlab.kernels import _adapt
 
-    monkeypatch.setattr(_threads, "PARALLEL_MIN_ELEMENTS", 0)
+    monkeypatch.setattr(_adapt, "PARALLEL_MIN_ELEMENTS", 0)
 
 
 def _close(got, ref, n, kappa, scale=None):

@@ -26,9 +26,9 @@ from normlab._backend import kernel, use_backend  # noqa: E402
 @pytest.fixture(autouse=True)
 def _parallel_even_when_small(monkeypatch):
     """Small test arrays still take the multi-threaded path (normally serial below 2^17)."""
-    from normlab.kernels import _threads
+    from normlab.kernels import _adapt
 
-    monkeypatch.setattr(_threads, "PARALLEL_MIN_ELEMENTS", 0)
+    monkeypatch.setattr(_adapt, "PARALLEL_MIN_ELEMENTS", 0)
 
 
 NAMES = ("layer_norm_forward", "layer_norm_backward", "rms_norm_forward", "rms_norm_backward",
@@ -252,13 +252,19 @@ def test_unserved_inputs_fall_back_to_the_reference():
             assert kernel(name) is not None, name
 
 
-def test_small_inputs_run_on_one_thread(monkeypatch):
-    from normlab.kernels import _threads
+def test_small_inputs_run_serially_on_the_calling_thread(monkeypatch):
+    from normlab.kernels import _adapt
 
-    monkeypatch.setattr(_threads, "PARALLEL_MIN_ELEMENTS", 100)
-    before = numba.get_num_threads()
-    with _threads.threads_for(99):
-        assert numba.get_num_threads() == 1
-    assert numba.get_num_threads() == before
-    with _threads.threads_for(100):
-        assert numba.get_num_threads() == before
+    calls = []
+
+    class Fake:
+        def serial(self, *args):
+            calls.append("serial")
+
+        def parallel(self, *args):
+            calls.append("parallel")
+
+    monkeypatch.setattr(_adapt, "PARALLEL_MIN_ELEMENTS", 100)
+    _adapt.launch(Fake(), 99)
+    _adapt.launch(Fake(), 100)
+    assert calls == ["serial", "parallel"]

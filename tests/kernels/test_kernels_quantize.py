@@ -24,15 +24,15 @@ from normlab.precision import NAMED_FORMATS, decode, get_format, quantize  # noq
 from normlab.precision.formats import Format, NanConvention  # noqa: E402
 from normlab.precision.rounding import RoundingMode, quantize_reference  # noqa: E402
 
-_quantize = pytest.importorskip("normlab.kernels._quantize")
+_quantize = pytest.importorskip("normlab.kernels.quantize")
 
 
 @pytest.fixture(autouse=True)
 def _parallel_even_when_small(monkeypatch):
     """Small test arrays still take the multi-threaded path (normally serial below 2^17)."""
-    from normlab.kernels import _threads
+    from normlab.kernels import _adapt
 
-    monkeypatch.setattr(_threads, "PARALLEL_MIN_ELEMENTS", 0)
+    monkeypatch.setattr(_adapt, "PARALLEL_MIN_ELEMENTS", 0)
 
 
 # the named formats, an ExMy user format and flush-to-zero user formats (no subnormals)
@@ -201,12 +201,12 @@ def test_fast_path_eligibility_is_read_from_the_format_fields():
 
 
 def test_fast_path_serves_bf16_without_the_generic_kernel(monkeypatch):
-    from normlab.kernels import _round
+    from normlab.kernels import quantize_jit
 
     def generic(*args):
         raise AssertionError("the generic round_nearest kernel was called")
 
-    monkeypatch.setattr(_round, "round_nearest", generic)
+    monkeypatch.setattr(quantize_jit, "round_nearest", generic)
     x = _random_bits(1000, 0)
     np.testing.assert_array_equal(_kernel_bits(x, get_format("bf16"), False, 1),
                                   _reference_bits(x, get_format("bf16"), False))

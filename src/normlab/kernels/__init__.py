@@ -5,9 +5,13 @@ public functions reach them only through :func:`normlab._backend.kernel`. The im
 raises ``ImportError`` when numba is missing, and the dispatch point then keeps the NumPy
 references: nothing outside this package imports numba.
 
-Every kernel is compiled with ``cache=True`` (machine code cached on disk next to the
-sources, so a second process does not recompile) and ``parallel=True`` (one ``prange``
-over rows, features or elements); results do not depend on the thread count.
+Files: ``<op>.py`` is the adapter (validated arguments in, the reference's result types
+out, ``NotImplemented`` to decline) and ``<op>_jit.py`` holds its compiled loops;
+:mod:`normlab.kernels._adapt` holds the launch policy (serial or parallel, fork and thread
+safety) and the array plumbing every adapter shares. Every loop is compiled with
+``cache=True`` (machine code cached on disk next to the sources, or under
+``NUMBA_CACHE_DIR``), once with ``parallel=True`` and once serially; results do not depend
+on which runs or on the thread count.
 """
 
 from __future__ import annotations
@@ -15,10 +19,10 @@ from __future__ import annotations
 import numba  # noqa: F401  (ImportError here means: no kernels, references only)
 
 from normlab.kernels import (
-    _batch_norm,  # noqa: F401  (registers the BatchNorm kernels)
-    _dropout,  # noqa: F401  (registers inverted dropout)
-    _norms,  # noqa: F401  (registers the norm kernels)
-    _quantize,  # noqa: F401  (registers quantize)
+    batch_norm,  # noqa: F401  (registers the BatchNorm kernels)
+    dropout,  # noqa: F401  (registers inverted dropout)
+    quantize,  # noqa: F401  (registers quantize)
+    row_norms,  # noqa: F401  (registers the LayerNorm / RMSNorm / add+norm kernels)
 )
 
 __all__: list[str] = []

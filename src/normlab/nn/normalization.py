@@ -16,7 +16,15 @@ from typing import Any
 
 import numpy as np
 
-from normlab._validate import as_float_array, check_eps, check_finite_real, check_int, compute_dtype
+from normlab._validate import (
+    as_float_array,
+    as_shape,
+    check_eps,
+    check_finite_real,
+    check_int,
+    check_trailing,
+    compute_dtype,
+)
 from normlab.nn.module import Module, Parameter
 from normlab.norms import (
     group_norm_backward,
@@ -27,28 +35,8 @@ from normlab.norms import (
     rms_norm_forward,
 )
 
+# as_shape and check_trailing live in normlab._validate; re-exported for compatibility
 __all__ = ["GroupNorm", "LayerNorm", "RMSNorm", "as_shape", "check_trailing"]
-
-
-def as_shape(normalized_shape: int | Sequence[int], name: str = "normalized_shape") -> tuple:
-    """An int or a sequence of ints >= 1 as a non-empty tuple."""
-    if isinstance(normalized_shape, Sequence) and not isinstance(normalized_shape, str):
-        dims = tuple(
-            check_int(d, f"{name}[{i}]", minimum=1) for i, d in enumerate(normalized_shape)
-        )
-        if not dims:
-            raise ValueError(f"{name} must name at least one dimension; got {normalized_shape!r}")
-        return dims
-    return (check_int(normalized_shape, name, minimum=1),)
-
-
-def check_trailing(x: np.ndarray, shape: tuple, layer: str) -> None:
-    """ValueError unless the trailing dims of x equal ``shape``."""
-    k = len(shape)
-    if x.ndim < k or tuple(x.shape[x.ndim - k :]) != shape:
-        raise ValueError(
-            f"x must end with the dims {shape} ({layer} normalized_shape); got shape {x.shape}"
-        )
 
 
 def _cast(p: Parameter | None, dt: np.dtype) -> np.ndarray | None:

@@ -6,17 +6,26 @@ Every public norm validates its inputs with these helpers (built on
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from normlab._backend import kernel
-from normlab._validate import as_float_array, check_int, check_shape, compute_dtype
+from normlab._backend import dispatch
+from normlab._validate import (
+    as_float_array,
+    as_native,
+    check_eps_for,
+    check_int,
+    check_shape,
+    compute_dtype,
+)
 
 __all__ = [
     "as_grad",
+    "check_cache",
     "check_dout",
+    "check_eps_range",
+    "check_input",
     "check_param",
     "compute_dtype_of",
     "dispatch",
@@ -34,7 +43,7 @@ def check_param(value: Any, name: str, shape: tuple[int, ...], what: str) -> np.
     """None passes through; otherwise a float array of exactly ``shape``."""
     if value is None:
         return None
-    arr = as_float_array(value, name)
+    arr = as_native(as_float_array(value, name))
     check_shape(arr, shape, name, what)
     return arr
 
@@ -74,7 +83,7 @@ def resolve_normalized_ndim(
 
 def check_dout(dout: Any, x: np.ndarray, name: str = "dout") -> np.ndarray:
     """The upstream gradient: a float array of exactly x's shape."""
-    arr = as_float_array(dout, name)
+    arr = as_native(as_float_array(dout, name))
     check_shape(arr, x.shape, name, "the shape of the forward input x")
     return arr
 
@@ -86,20 +95,20 @@ def as_grad(g: np.ndarray | None, like: np.ndarray | None) -> np.ndarray | None:
     return np.asarray(g).astype(like.dtype, copy=False)
 
 
-def dispatch(name: str, ref: Callable[..., Any], *args: Any) -> Any:
-    """Run the kernel registered under ``name`` when it serves these arguments, else ``ref``.
+def check_cache(cache: Any, cls: type, producer: str) -> Any:
+    """The cache must be a ``cls`` returned by ``producer`` (the matching forward)."""
+    if not isinstance(cache, cls):
+        raise TypeError(
+            f"cache must be the {cls.__name__} returned by {producer}; got {type(cache).__name__}"
+        )
+    return cache
 
-    A kernel receives exactly ``ref``'s (validated) arguments and may return
-    ``NotImplemented`` to decline; the NumPy reference then runs. NaN/inf inputs and
-    float32 overflow produce NaN/inf in the affected rows without NumPy warnings.
-    """
-    fn = kernel(name)
-    # A row holding inf or NaN yields NaN in that row only (inf - inf inside the row) and a
-    # huge bfloat16 value may overflow float32 when squared: documented results, like
-    # PyTorch's, so NumPy's floating-point warnings are silenced here.
-    with np.errstate(invalid="ignore", over="ignore"):
-        if fn is not None:
-            result = fn(*args)
-            if result is not NotImplemented:
-                return result
-        return ref(*args)
+
+def check_input(x: Any, name: str = "x", *, min_ndim: int = 1) -> np.ndarray:
+    """A float array of at least ``min_ndim`` dims in native byte order ('>f8' -> float64)."""
+    return as_native(as_float_array(x, name, min_ndim=min_ndim))
+
+
+def check_eps_range(eps: float, *arrays: np.ndarray | None) -> float:
+    """eps must be a normal number of the compute dtype of ``arrays`` (see check_eps_for)."""
+    return check_eps_for(eps, compute_dtype_of(*arrays))

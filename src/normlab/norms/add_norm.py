@@ -20,20 +20,19 @@ from typing import Any
 
 import numpy as np
 
-from normlab._validate import as_float_array, check_shape
+from normlab._backend import dispatch
+from normlab._validate import check_shape
 from normlab.norms._cache import LayerNormCache, RMSNormCache
-from normlab.norms._common import as_grad, check_dout, dispatch
+from normlab.norms._common import as_grad, check_cache, check_dout, check_input
 from normlab.norms.layer_norm import (
-    check_layer_norm_cache,
-    ln_backward_core,
-    ln_forward_core,
-    validate_layer_norm,
+    _ln_backward_core,
+    _ln_forward_core,
+    _validate_layer_norm,
 )
 from normlab.norms.rms_norm import (
-    check_rms_norm_cache,
-    rms_backward_core,
-    rms_forward_core,
-    validate_rms_norm,
+    _rms_backward_core,
+    _rms_forward_core,
+    _validate_rms_norm,
 )
 
 __all__ = [
@@ -45,7 +44,7 @@ __all__ = [
 
 
 def _check_residual(residual: Any, x: np.ndarray) -> np.ndarray:
-    res = as_float_array(residual, "residual")
+    res = check_input(residual, "residual", min_ndim=0)
     check_shape(res, x.shape, "residual", "the shape of x: the two are added elementwise")
     return res
 
@@ -53,7 +52,7 @@ def _check_residual(residual: Any, x: np.ndarray) -> np.ndarray:
 def _check_dresidual(dresidual: Any, s: np.ndarray) -> np.ndarray | None:
     if dresidual is None:
         return None
-    arr = as_float_array(dresidual, "dresidual")
+    arr = check_input(dresidual, "dresidual", min_ndim=0)
     check_shape(arr, s.shape, "dresidual", "the shape of new_residual")
     return arr
 
@@ -74,7 +73,7 @@ def _add_layer_norm_forward_ref(
     k: int,
 ) -> tuple[np.ndarray, np.ndarray, LayerNormCache]:
     s = x + residual  # the new residual stream, numpy's promotion of the two dtypes
-    out, mean, rstd = ln_forward_core(s, gamma, beta, eps, k)
+    out, mean, rstd = _ln_forward_core(s, gamma, beta, eps, k)
     cache = LayerNormCache(s, gamma, beta, mean, rstd, eps, k)
     return out.astype(x.dtype, copy=False), s, cache
 
@@ -82,7 +81,7 @@ def _add_layer_norm_forward_ref(
 def _add_layer_norm_backward_ref(
     dout: np.ndarray, dresidual: np.ndarray | None, cache: LayerNormCache
 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
-    dx, dgamma, dbeta = ln_backward_core(dout, cache)
+    dx, dgamma, dbeta = _ln_backward_core(dout, cache)
     dsum = _sum_grad(dx, dresidual, cache.x.dtype)
     return dsum, as_grad(dgamma, cache.gamma), as_grad(dbeta, cache.beta)
 
@@ -96,14 +95,14 @@ def _add_rms_norm_forward_ref(
     k: int,
 ) -> tuple[np.ndarray, np.ndarray, RMSNormCache]:
     s = x + residual
-    out, rstd = rms_forward_core(s, weight, eps, offset, k)
+    out, rstd = _rms_forward_core(s, weight, eps, offset, k)
     return out.astype(x.dtype, copy=False), s, RMSNormCache(s, weight, rstd, eps, offset, k)
 
 
 def _add_rms_norm_backward_ref(
     dout: np.ndarray, dresidual: np.ndarray | None, cache: RMSNormCache
 ) -> tuple[np.ndarray, np.ndarray | None]:
-    dx, dweight = rms_backward_core(dout, cache)
+    dx, dweight = _rms_backward_core(dout, cache)
     return _sum_grad(dx, dresidual, cache.x.dtype), as_grad(dweight, cache.weight)
 
 
@@ -144,7 +143,7 @@ def add_layer_norm_forward(
     >>> s[0].tolist(), np.round(out[0], 4).tolist()
     ([1.0, 2.0, 3.0], [-1.2247, 0.0, 1.2247])
     """
-    xa, gamma, beta, eps, k = validate_layer_norm(x, gamma, beta, eps, normalized_ndim)
+    xa, gamma, beta, eps, k = _validate_layer_norm(x, gamma, beta, eps, normalized_ndim)
     res = _check_residual(residual, xa)
     result: tuple[np.ndarray, np.ndarray, LayerNormCache] = dispatch(
         "add_layer_norm_forward", _add_layer_norm_forward_ref, xa, res, gamma, beta, eps, k
@@ -178,7 +177,7 @@ def add_layer_norm_backward(
     >>> dsum.tolist()
     [[1.0, 1.0, 1.0]]
     """
-    cache = check_layer_norm_cache(cache)
+    cache = check_cache(cache, LayerNormCache, "add_layer_norm_forward")
     dout = check_dout(dout, cache.x)
     dres = _check_dresidual(dresidual, cache.x)
     result: tuple[np.ndarray, np.ndarray | None, np.ndarray | None] = dispatch(
@@ -221,7 +220,7 @@ def add_rms_norm_forward(
     >>> s.tolist(), np.round(out, 6).tolist()
     ([[3.0, 3.0]], [[1.0, 1.0]])
     """
-    xa, weight, eps, offset, k = validate_rms_norm(x, weight, eps, offset, normalized_ndim)
+    xa, weight, eps, offset, k = _validate_rms_norm(x, weight, eps, offset, normalized_ndim)
     res = _check_residual(residual, xa)
     result: tuple[np.ndarray, np.ndarray, RMSNormCache] = dispatch(
         "add_rms_norm_forward", _add_rms_norm_forward_ref, xa, res, weight, eps, offset, k
@@ -253,7 +252,7 @@ def add_rms_norm_backward(
     >>> add_rms_norm_backward(np.zeros((1, 2)), np.ones((1, 2)), cache)[0].tolist()
     [[1.0, 1.0]]
     """
-    cache = check_rms_norm_cache(cache)
+    cache = check_cache(cache, RMSNormCache, "add_rms_norm_forward")
     dout = check_dout(dout, cache.x)
     dres = _check_dresidual(dresidual, cache.x)
     result: tuple[np.ndarray, np.ndarray | None] = dispatch(

@@ -7,9 +7,11 @@ Conventions (see DESIGN.md): ``momentum`` is the fraction of the OLD running sta
 kept (the chapter's 0.9; PyTorch's ``momentum`` is ``1 - ours``); the running variance is
 the biased batch variance unless ``unbiased_running_var=True`` (PyTorch's n/(n-1)).
 The references ``_batch_norm_forward_ref(x, gamma, beta, running_mean, running_var,
-training, momentum, eps, axis, unbiased_running_var)`` (axis non-negative) and
+training, eps, axis)`` (axis non-negative; returns ``(out, cache, batch_var)``, pure) and
 ``_batch_norm_backward_ref(dout, cache)`` are what kernels registered as
-``"batch_norm_forward"`` / ``"batch_norm_backward"`` must reproduce.
+``"batch_norm_forward"`` / ``"batch_norm_backward"`` must reproduce. The running
+statistics are updated once, by :func:`batch_norm_forward`, from the batch statistics the
+reference or the kernel returned.
 """
 
 from __future__ import annotations
@@ -18,9 +20,11 @@ from typing import Any
 
 import numpy as np
 
-from normlab._stats import mean_var, rstd_from
+from normlab._backend import dispatch
+from normlab._stats import centred_grad, mean_var, rstd_from
 from normlab._validate import (
     as_float_array,
+    check_bool,
     check_eps,
     check_int,
     check_probability,
@@ -28,16 +32,17 @@ from normlab._validate import (
     compute_dtype,
 )
 from normlab.norms._cache import BatchNormCache
-from normlab.norms._common import as_grad, check_dout, check_param, compute_dtype_of, dispatch
+from normlab.norms._common import (
+    as_grad,
+    check_cache,
+    check_dout,
+    check_eps_range,
+    check_input,
+    check_param,
+    compute_dtype_of,
+)
 
 __all__ = ["batch_norm_backward", "batch_norm_forward"]
-
-
-def _check_bool(value: Any, name: str) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
-        got = f"{type(value).__name__} {value!r}"[:120]
-        raise TypeError(f"{name} must be a bool (True or False); got {got}")
-    return bool(value)
 
 
 def _check_running(value: Any, name: str, c: int, training: bool) -> np.ndarray | None:
@@ -66,20 +71,21 @@ def _validate(
     x: Any, gamma: Any, beta: Any, running_mean: Any, running_var: Any, training: Any,
     momentum: Any, eps: Any, axis: Any, unbiased: Any,
 ) -> tuple[Any, ...]:
-    x = as_float_array(x, "x", min_ndim=1)
+    x = check_input(x, min_ndim=1)
     axis = check_int(axis, "axis")
     if not -x.ndim <= axis < x.ndim:
         raise ValueError(f"axis must be in [{-x.ndim}, {x.ndim}) for x of shape {x.shape}; "
                          f"got {axis}")
     ax = axis % x.ndim
-    training = _check_bool(training, "training")
-    unbiased = _check_bool(unbiased, "unbiased_running_var")
+    training = check_bool(training, "training")
+    unbiased = check_bool(unbiased, "unbiased_running_var")
     momentum = check_probability(momentum, "momentum", allow_one=True)
     eps = check_eps(eps)
     c = x.shape[ax]
     what = f"one value per feature, x.shape[{axis}] = {c}"
     gamma = check_param(gamma, "gamma", (c,), what)
     beta = check_param(beta, "beta", (c,), what)
+    eps = check_eps_range(eps, x, gamma, beta)
     rm = _check_running(running_mean, "running_mean", c, training)
     rv = _check_running(running_var, "running_var", c, training)
     if rv is not None and bool(np.any(rv < 0)):
@@ -105,20 +111,17 @@ def _update(running: np.ndarray | None, batch: np.ndarray, momentum: float) -> N
 def _batch_norm_forward_ref(
     x: np.ndarray, gamma: np.ndarray | None, beta: np.ndarray | None,
     running_mean: np.ndarray | None, running_var: np.ndarray | None, training: bool,
-    momentum: float, eps: float, axis: int, unbiased_running_var: bool,
-) -> tuple[np.ndarray, BatchNormCache]:
+    eps: float, axis: int,
+) -> tuple[np.ndarray, BatchNormCache, np.ndarray]:
+    """out, cache and the biased batch variance (C,) (the running variance in eval)."""
     cd = compute_dtype_of(x, gamma, beta)
     c = x.shape[axis]
     red = tuple(i for i in range(x.ndim) if i != axis)
     bshape = tuple(c if i == axis else 1 for i in range(x.ndim))  # broadcasts (C,) against x
     xc = x.astype(cd, copy=False)
-    n = x.size // c if c else 0
     if training:
         m, v = mean_var(xc, red)
         mean, var = m.reshape(c), v.reshape(c)  # (C,)
-        if n > 1:  # an empty batch teaches nothing: running statistics stay as they are
-            _update(running_mean, mean, momentum)
-            _update(running_var, var * (n / (n - 1)) if unbiased_running_var else var, momentum)
     else:
         assert running_mean is not None and running_var is not None  # checked by _validate
         mean = np.array(running_mean, dtype=cd)  # a copy: later updates must not leak in
@@ -130,7 +133,7 @@ def _batch_norm_forward_ref(
     if beta is not None:
         out += beta.astype(cd, copy=False).reshape(bshape)
     cache = BatchNormCache(x, gamma, beta, mean, rstd, axis, training, eps)
-    return out.astype(x.dtype, copy=False), cache
+    return out.astype(x.dtype, copy=False), cache, var
 
 
 def _batch_norm_backward_ref(
@@ -149,11 +152,7 @@ def _batch_norm_backward_ref(
         dx = np.zeros(x.shape, cd)
     elif cache.training:
         # batch statistics depend on every x in the feature: LayerNorm's formula over `red`
-        dx = rstd * (
-            gh
-            - np.mean(gh, axis=red, keepdims=True)
-            - xhat * np.mean(gh * xhat, axis=red, keepdims=True)
-        )
+        dx = centred_grad(gh, xhat, rstd, red)
     else:
         dx = gh * rstd  # eval: the running statistics are constants
     return dx.astype(x.dtype, copy=False), as_grad(dgamma, cache.gamma), as_grad(dbeta, cache.beta)
@@ -209,12 +208,17 @@ def batch_norm_forward(
     >>> np.round(rm, 6).tolist(), np.round(out[:, 0], 4).tolist()
     ([0.1, 0.2], [-1.0, 1.0])
     """
-    args = _validate(x, gamma, beta, running_mean, running_var, training, momentum, eps, axis,
-                     unbiased_running_var)
-    result: tuple[np.ndarray, BatchNormCache] = dispatch(
-        "batch_norm_forward", _batch_norm_forward_ref, *args
+    x, gamma, beta, rm, rv, training, momentum, eps, ax, unbiased = _validate(
+        x, gamma, beta, running_mean, running_var, training, momentum, eps, axis,
+        unbiased_running_var)
+    out, cache, var = dispatch(
+        "batch_norm_forward", _batch_norm_forward_ref, x, gamma, beta, rm, rv, training, eps, ax
     )
-    return result
+    n = x.size // x.shape[ax] if x.shape[ax] else 0
+    if training and n > 1:  # an empty batch teaches nothing: running statistics stay
+        _update(rm, cache.mean, momentum)
+        _update(rv, var * (n / (n - 1)) if unbiased else var, momentum)
+    return out, cache
 
 
 def batch_norm_backward(
@@ -246,9 +250,7 @@ def batch_norm_backward(
     >>> batch_norm_backward(np.ones_like(x), cache)[2].tolist()
     [2.0, 2.0]
     """
-    if not isinstance(cache, BatchNormCache):
-        raise TypeError("cache must be the BatchNormCache returned by batch_norm_forward; "
-                        f"got {type(cache).__name__}")
+    cache = check_cache(cache, BatchNormCache, "batch_norm_forward")
     dout = check_dout(dout, cache.x)
     result: tuple[np.ndarray, np.ndarray | None, np.ndarray | None] = dispatch(
         "batch_norm_backward", _batch_norm_backward_ref, dout, cache

@@ -14,10 +14,19 @@ from typing import Any
 
 import numpy as np
 
-from normlab._stats import mean_var, rstd_from
-from normlab._validate import as_float_array, check_eps, check_int
+from normlab._backend import dispatch
+from normlab._stats import centred_grad, mean_var, rstd_from
+from normlab._validate import check_eps, check_int
 from normlab.norms._cache import GroupNormCache
-from normlab.norms._common import as_grad, check_dout, check_param, compute_dtype_of
+from normlab.norms._common import (
+    as_grad,
+    check_cache,
+    check_dout,
+    check_eps_range,
+    check_input,
+    check_param,
+    compute_dtype_of,
+)
 
 __all__ = ["group_norm_backward", "group_norm_forward"]
 
@@ -37,6 +46,61 @@ def _xhat(x: np.ndarray, mean: np.ndarray, rstd: np.ndarray, g: int) -> np.ndarr
     """The normalised input in the stats' dtype, shape (N, C, *S)."""
     xg = _grouped(x.astype(rstd.dtype, copy=False), g)  # (N, G, m)
     return ((xg - mean[:, :, None]) * rstd[:, :, None]).reshape(x.shape)
+
+
+def _validate_group_norm(
+    x: Any, num_groups: Any, gamma: Any, beta: Any, eps: Any
+) -> tuple[np.ndarray, int, np.ndarray | None, np.ndarray | None, float]:
+    """Check GroupNorm's arguments; return x, G, gamma, beta, eps."""
+    x = check_input(x, min_ndim=2)
+    g = check_int(num_groups, "num_groups", minimum=1)
+    c = x.shape[1]
+    if c % g:
+        raise ValueError(
+            f"num_groups must divide the number of channels C = x.shape[1] = {c}; got {g}"
+        )
+    eps = check_eps(eps)
+    what = f"one value per channel, C = x.shape[1] = {c}"
+    gamma = check_param(gamma, "gamma", (c,), what)
+    beta = check_param(beta, "beta", (c,), what)
+    eps = check_eps_range(eps, x, gamma, beta)
+    return x, g, gamma, beta, eps
+
+
+def _group_norm_forward_ref(
+    x: np.ndarray, g: int, gamma: np.ndarray | None, beta: np.ndarray | None, eps: float
+) -> tuple[np.ndarray, GroupNormCache]:
+    cd = compute_dtype_of(x, gamma, beta)
+    m, v = mean_var(_grouped(x.astype(cd, copy=False), g), (2,))  # (N, G, 1)
+    mean, rstd = m[:, :, 0], rstd_from(v, eps)[:, :, 0]  # (N, G)
+    out = _xhat(x, mean, rstd, g)  # (N, C, *S)
+    if gamma is not None:
+        out *= _per_channel(gamma, x, cd)
+    if beta is not None:
+        out += _per_channel(beta, x, cd)
+    return out.astype(x.dtype, copy=False), GroupNormCache(x, gamma, beta, mean, rstd, g, eps)
+
+
+def _group_norm_backward_ref(
+    dout: np.ndarray, cache: GroupNormCache
+) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
+    x, g, cd = cache.x, cache.num_groups, cache.rstd.dtype
+    xhat = _xhat(x, cache.mean, cache.rstd, g)  # recomputed, (N, C, *S)
+    gd = dout.astype(cd, copy=False)
+    chan = (0, *range(2, x.ndim))  # every axis but C
+    dgamma = np.sum(gd * xhat, axis=chan) if cache.gamma is not None else None  # (C,)
+    dbeta = np.sum(gd, axis=chan) if cache.beta is not None else None  # (C,)
+    h = gd * _per_channel(cache.gamma, x, cd) if cache.gamma is not None else gd
+    if x.size == 0:
+        dx = np.zeros(x.shape, cd)
+    else:
+        hg, xg = _grouped(h, g), _grouped(xhat, g)  # (N, G, m)
+        dx = centred_grad(hg, xg, cache.rstd[:, :, None], (2,))  # (N, G, m)
+    return (
+        dx.reshape(x.shape).astype(x.dtype, copy=False),
+        as_grad(dgamma, cache.gamma),
+        as_grad(dbeta, cache.beta),
+    )
 
 
 def group_norm_forward(
@@ -72,33 +136,11 @@ def group_norm_forward(
     >>> cache.mean.tolist()
     [[1.5, 5.5]]
     """
-    x = as_float_array(x, "x", min_ndim=2)
-    g = check_int(num_groups, "num_groups", minimum=1)
-    c = x.shape[1]
-    if c % g:
-        raise ValueError(
-            f"num_groups must divide the number of channels C = x.shape[1] = {c}; got {g}"
-        )
-    eps = check_eps(eps)
-    what = f"one value per channel, C = x.shape[1] = {c}"
-    gamma = check_param(gamma, "gamma", (c,), what)
-    beta = check_param(beta, "beta", (c,), what)
-    with np.errstate(invalid="ignore", over="ignore"):  # NaN/inf stay in their group
-        return _group_norm_forward(x, g, gamma, beta, eps)
-
-
-def _group_norm_forward(
-    x: np.ndarray, g: int, gamma: np.ndarray | None, beta: np.ndarray | None, eps: float
-) -> tuple[np.ndarray, GroupNormCache]:
-    cd = compute_dtype_of(x, gamma, beta)
-    m, v = mean_var(_grouped(x.astype(cd, copy=False), g), (2,))  # (N, G, 1)
-    mean, rstd = m[:, :, 0], rstd_from(v, eps)[:, :, 0]  # (N, G)
-    out = _xhat(x, mean, rstd, g)  # (N, C, *S)
-    if gamma is not None:
-        out *= _per_channel(gamma, x, cd)
-    if beta is not None:
-        out += _per_channel(beta, x, cd)
-    return out.astype(x.dtype, copy=False), GroupNormCache(x, gamma, beta, mean, rstd, g, eps)
+    args = _validate_group_norm(x, num_groups, gamma, beta, eps)
+    result: tuple[np.ndarray, GroupNormCache] = dispatch(
+        "group_norm_forward", _group_norm_forward_ref, *args
+    )
+    return result
 
 
 def group_norm_backward(
@@ -129,33 +171,9 @@ def group_norm_backward(
     >>> group_norm_backward(np.ones_like(x), cache)[2].tolist()
     [2.0, 2.0, 2.0, 2.0]
     """
-    if not isinstance(cache, GroupNormCache):
-        raise TypeError("cache must be the GroupNormCache returned by group_norm_forward; "
-                        f"got {type(cache).__name__}")
+    cache = check_cache(cache, GroupNormCache, "group_norm_forward")
     dout = check_dout(dout, cache.x)
-    with np.errstate(invalid="ignore", over="ignore"):  # NaN/inf stay in their group
-        return _group_norm_backward(dout, cache)
-
-
-def _group_norm_backward(
-    dout: np.ndarray, cache: GroupNormCache
-) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
-    x, g, cd = cache.x, cache.num_groups, cache.rstd.dtype
-    xhat = _xhat(x, cache.mean, cache.rstd, g)  # recomputed, (N, C, *S)
-    gd = dout.astype(cd, copy=False)
-    chan = (0, *range(2, x.ndim))  # every axis but C
-    dgamma = np.sum(gd * xhat, axis=chan) if cache.gamma is not None else None  # (C,)
-    dbeta = np.sum(gd, axis=chan) if cache.beta is not None else None  # (C,)
-    h = gd * _per_channel(cache.gamma, x, cd) if cache.gamma is not None else gd
-    if x.size == 0:
-        dx = np.zeros(x.shape, cd)
-    else:
-        hg, xg = _grouped(h, g), _grouped(xhat, g)  # (N, G, m)
-        dx = cache.rstd[:, :, None] * (
-            hg - hg.mean(axis=2, keepdims=True) - xg * (hg * xg).mean(axis=2, keepdims=True)
-        )
-    return (
-        dx.reshape(x.shape).astype(x.dtype, copy=False),
-        as_grad(dgamma, cache.gamma),
-        as_grad(dbeta, cache.beta),
+    result: tuple[np.ndarray, np.ndarray | None, np.ndarray | None] = dispatch(
+        "group_norm_backward", _group_norm_backward_ref, dout, cache
     )
+    return result

@@ -14,36 +14,40 @@ from typing import Any
 
 import numpy as np
 
-from normlab._stats import mean_var, rstd_from
-from normlab._validate import as_float_array, check_eps
+from normlab._backend import dispatch
+from normlab._stats import centred_grad, mean_var, rstd_from
+from normlab._validate import check_eps
 from normlab.norms._cache import LayerNormCache
 from normlab.norms._common import (
     as_grad,
+    check_cache,
     check_dout,
+    check_eps_range,
+    check_input,
     check_param,
     compute_dtype_of,
-    dispatch,
     resolve_normalized_ndim,
 )
 
 __all__ = ["layer_norm_backward", "layer_norm_forward"]
 
 
-def validate_layer_norm(
+def _validate_layer_norm(
     x: Any, gamma: Any, beta: Any, eps: Any, normalized_ndim: Any
 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None, float, int]:
     """Check LayerNorm's arguments; return them as arrays, eps as float, k as int."""
-    x = as_float_array(x, "x", min_ndim=1)
+    x = check_input(x, min_ndim=1)
     eps = check_eps(eps)
     k = resolve_normalized_ndim(x, normalized_ndim, gamma, beta)
     feat = tuple(x.shape[x.ndim - k :])
     what = f"the {k} normalised trailing dim(s) of x, x.shape = {x.shape}"
     gamma = check_param(gamma, "gamma", feat, what)
     beta = check_param(beta, "beta", feat, what)
+    eps = check_eps_range(eps, x, gamma, beta)
     return x, gamma, beta, eps, k
 
 
-def ln_forward_core(
+def _ln_forward_core(
     x: np.ndarray, gamma: np.ndarray | None, beta: np.ndarray | None, eps: float, k: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """out (compute dtype, x's shape), mean and rstd (B) of LayerNorm over the last k dims."""
@@ -61,7 +65,7 @@ def ln_forward_core(
     return out, mean.reshape(lead), rstd.reshape(lead)
 
 
-def ln_backward_core(
+def _ln_backward_core(
     dout: np.ndarray, cache: LayerNormCache
 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
     """dx, dgamma, dbeta in the compute dtype (``cache.rstd.dtype``)."""
@@ -78,26 +82,21 @@ def ln_backward_core(
     gh = g * cache.gamma.astype(cd, copy=False) if cache.gamma is not None else g
     if x.size == 0:
         return np.zeros(x.shape, cd), dgamma, dbeta
-    # (16.3): remove the mean direction and the x_hat direction, then undo the scaling
-    dx = rstd * (
-        gh
-        - np.mean(gh, axis=red, keepdims=True)
-        - xhat * np.mean(gh * xhat, axis=red, keepdims=True)
-    )
+    dx = centred_grad(gh, xhat, rstd, red)  # (16.3), (*B, *F)
     return dx, dgamma, dbeta
 
 
 def _layer_norm_forward_ref(
     x: np.ndarray, gamma: np.ndarray | None, beta: np.ndarray | None, eps: float, k: int
 ) -> tuple[np.ndarray, LayerNormCache]:
-    out, mean, rstd = ln_forward_core(x, gamma, beta, eps, k)
+    out, mean, rstd = _ln_forward_core(x, gamma, beta, eps, k)
     return out.astype(x.dtype, copy=False), LayerNormCache(x, gamma, beta, mean, rstd, eps, k)
 
 
 def _layer_norm_backward_ref(
     dout: np.ndarray, cache: LayerNormCache
 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
-    dx, dgamma, dbeta = ln_backward_core(dout, cache)
+    dx, dgamma, dbeta = _ln_backward_core(dout, cache)
     return (
         dx.astype(cache.x.dtype, copy=False),
         as_grad(dgamma, cache.gamma),
@@ -135,7 +134,8 @@ def layer_norm_forward(
     Raises
     ------
     TypeError : non-float x, gamma or beta; non-number eps or normalized_ndim.
-    ValueError : eps <= 0 or not finite; gamma/beta not of shape F; k outside [1, x.ndim].
+    ValueError : eps <= 0, not finite or below the compute dtype's smallest normal; gamma/beta
+        not of shape F; k outside [1, x.ndim].
 
     Example
     -------
@@ -146,23 +146,19 @@ def layer_norm_forward(
     Notes
     -----
     Statistics are accumulated in float32 or float64 with a two-pass algorithm (see
-    :mod:`normlab._stats`), so rows with a large offset keep their precision.
+    :mod:`normlab._stats`), so rows with a large offset keep their precision; the kernels
+    add float32 block sums in float64, so accuracy does not degrade with the row width.
+    NaN stays in its row: a row holding NaN or inf gives NaN in that row of ``out`` only,
+    without warnings. ``eps`` must be at least the smallest normal number of the compute
+    dtype (1.2e-38 for float32, 2.2e-308 for float64), else ``1/sqrt(var + eps)`` could not
+    be finite for a constant row. Big-endian input (``'>f8'``) is computed as float64 and
+    returned in native byte order.
     """
-    args = validate_layer_norm(x, gamma, beta, eps, normalized_ndim)
+    args = _validate_layer_norm(x, gamma, beta, eps, normalized_ndim)
     result: tuple[np.ndarray, LayerNormCache] = dispatch(
         "layer_norm_forward", _layer_norm_forward_ref, *args
     )
     return result
-
-
-def check_layer_norm_cache(cache: Any) -> LayerNormCache:
-    """The cache must come from ``layer_norm_forward`` (or ``add_layer_norm_forward``)."""
-    if not isinstance(cache, LayerNormCache):
-        raise TypeError(
-            "cache must be the LayerNormCache returned by layer_norm_forward; "
-            f"got {type(cache).__name__}"
-        )
-    return cache
 
 
 def layer_norm_backward(
@@ -189,6 +185,12 @@ def layer_norm_backward(
     TypeError : a cache of the wrong type or a non-float dout.
     ValueError : dout not of x's shape.
 
+    Notes
+    -----
+    NaN stays in its row for ``dx``, but not for the parameter gradients: dgamma sums
+    ``dout * x_hat`` over the rows, so one NaN row of x makes every entry of dgamma NaN (as
+    in PyTorch); dbeta sums only ``dout`` and stays finite.
+
     Example
     -------
     >>> x = np.array([[1.0, 2.0, 4.0]])
@@ -197,7 +199,7 @@ def layer_norm_backward(
     >>> float(abs(dx.sum())) < 1e-12, db.tolist()
     (True, [1.0, 1.0, 1.0])
     """
-    cache = check_layer_norm_cache(cache)
+    cache = check_cache(cache, LayerNormCache, "layer_norm_forward")
     dout = check_dout(dout, cache.x)
     result: tuple[np.ndarray, np.ndarray | None, np.ndarray | None] = dispatch(
         "layer_norm_backward", _layer_norm_backward_ref, dout, cache

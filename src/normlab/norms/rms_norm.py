@@ -13,32 +13,36 @@ from typing import Any
 
 import numpy as np
 
+from normlab._backend import dispatch
 from normlab._stats import mean_square, rstd_from
-from normlab._validate import as_float_array, check_eps, check_finite_real
+from normlab._validate import check_eps, check_finite_real
 from normlab.norms._cache import RMSNormCache
 from normlab.norms._common import (
     as_grad,
+    check_cache,
     check_dout,
+    check_eps_range,
+    check_input,
     check_param,
     compute_dtype_of,
-    dispatch,
     resolve_normalized_ndim,
 )
 
 __all__ = ["rms_norm_backward", "rms_norm_forward"]
 
 
-def validate_rms_norm(
+def _validate_rms_norm(
     x: Any, weight: Any, eps: Any, offset: Any, normalized_ndim: Any
 ) -> tuple[np.ndarray, np.ndarray | None, float, float, int]:
     """Check RMSNorm's arguments; return x, weight, eps, offset, k."""
-    x = as_float_array(x, "x", min_ndim=1)
+    x = check_input(x, min_ndim=1)
     eps = check_eps(eps)
     offset = check_finite_real(offset, "offset")
     k = resolve_normalized_ndim(x, normalized_ndim, weight, names=("weight",))
     feat = tuple(x.shape[x.ndim - k :])
     what = f"the {k} normalised trailing dim(s) of x, x.shape = {x.shape}"
     weight = check_param(weight, "weight", feat, what)
+    eps = check_eps_range(eps, x, weight)
     return x, weight, eps, offset, k
 
 
@@ -49,7 +53,7 @@ def _gain(weight: np.ndarray | None, offset: float, cd: np.dtype) -> np.ndarray 
     return weight.astype(cd) + offset if offset != 0.0 else weight.astype(cd, copy=False)
 
 
-def rms_forward_core(
+def _rms_forward_core(
     x: np.ndarray, weight: np.ndarray | None, eps: float, offset: float, k: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """out (compute dtype, x's shape) and rstd (B) of RMSNorm over the last k dims."""
@@ -63,7 +67,7 @@ def rms_forward_core(
     return out, rstd.reshape(x.shape[: x.ndim - k])
 
 
-def rms_backward_core(
+def _rms_backward_core(
     dout: np.ndarray, cache: RMSNormCache
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """dx and dweight in the compute dtype (``cache.rstd.dtype``)."""
@@ -87,14 +91,14 @@ def rms_backward_core(
 def _rms_norm_forward_ref(
     x: np.ndarray, weight: np.ndarray | None, eps: float, offset: float, k: int
 ) -> tuple[np.ndarray, RMSNormCache]:
-    out, rstd = rms_forward_core(x, weight, eps, offset, k)
+    out, rstd = _rms_forward_core(x, weight, eps, offset, k)
     return out.astype(x.dtype, copy=False), RMSNormCache(x, weight, rstd, eps, offset, k)
 
 
 def _rms_norm_backward_ref(
     dout: np.ndarray, cache: RMSNormCache
 ) -> tuple[np.ndarray, np.ndarray | None]:
-    dx, dweight = rms_backward_core(dout, cache)
+    dx, dweight = _rms_backward_core(dout, cache)
     return dx.astype(cache.x.dtype, copy=False), as_grad(dweight, cache.weight)
 
 
@@ -137,21 +141,11 @@ def rms_norm_forward(
     >>> np.round(out, 6)
     array([[0.848528, 1.131371]])
     """
-    args = validate_rms_norm(x, weight, eps, offset, normalized_ndim)
+    args = _validate_rms_norm(x, weight, eps, offset, normalized_ndim)
     result: tuple[np.ndarray, RMSNormCache] = dispatch(
         "rms_norm_forward", _rms_norm_forward_ref, *args
     )
     return result
-
-
-def check_rms_norm_cache(cache: Any) -> RMSNormCache:
-    """The cache must come from ``rms_norm_forward`` (or ``add_rms_norm_forward``)."""
-    if not isinstance(cache, RMSNormCache):
-        raise TypeError(
-            f"cache must be the RMSNormCache returned by rms_norm_forward; "
-            f"got {type(cache).__name__}"
-        )
-    return cache
 
 
 def rms_norm_backward(dout: Any, cache: RMSNormCache) -> tuple[np.ndarray, np.ndarray | None]:
@@ -181,7 +175,7 @@ def rms_norm_backward(dout: Any, cache: RMSNormCache) -> tuple[np.ndarray, np.nd
     >>> dw.shape
     (2,)
     """
-    cache = check_rms_norm_cache(cache)
+    cache = check_cache(cache, RMSNormCache, "rms_norm_forward")
     dout = check_dout(dout, cache.x)
     result: tuple[np.ndarray, np.ndarray | None] = dispatch(
         "rms_norm_backward", _rms_norm_backward_ref, dout, cache

@@ -290,12 +290,10 @@ def quantize(
             words = _check_words(random_bits, arr.shape)
         else:
             seed = int(check_generator(rng).integers(0, 2**63, dtype=np.int64))
-    k = _backend.kernel("quantize")
-    if k is not None:
-        out = k(arr, fmt, mode, bool(saturate), seed, words)
-        if out is not NotImplemented:
-            return out
-    return quantize_reference(arr, fmt, mode, bool(saturate), seed, words)
+    out: np.ndarray = _backend.dispatch(
+        "quantize", quantize_reference, arr, fmt, mode, bool(saturate), seed, words
+    )
+    return out
 
 
 def _check_words(random_bits: Any, shape: tuple[int, ...]) -> np.ndarray:

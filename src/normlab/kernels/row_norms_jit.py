@@ -5,9 +5,10 @@ axes flattened), K chunks of rows for the parameter-gradient reduction.
 
 Contract: every array is C-contiguous and float32 or float64; the gain and bias are already
 in x's dtype (ones / zeros when the layer has none), and so are ``mean`` / ``rstd`` and the
-chunk partials. Row statistics and row sums are accumulated in x's dtype (float32 for
-float32: the house minimum) by vectorised sums, i.e. 16-64 interleaved partial sums, so the
-rounding error grows like sqrt(W) per lane; only 1/sqrt(var + eps) is taken in float64.
+chunk partials. Row sums are blocked: each block of ``BLOCK`` values is summed in x's dtype
+by a vectorised loop (16-64 interleaved partial sums), and the block sums are added in
+float64, so the rounding error of a row sum does not grow with the width (a float32 row of
+16M values is as accurate as one of 4096); 1/sqrt(var + eps) is taken in float64.
 
 Memory traffic (the reason these kernels exist). Forward reads x once from memory and writes
 out once: the row (<= a few tens of KiB) stays in L1/L2 for the second and third sweep
@@ -30,8 +31,10 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from normlab.kernels._adapt import FAST, jit
+
 __all__ = [
-    "FAST",
+    "BLOCK",
     "add_layer_norm_fwd",
     "add_rms_norm_fwd",
     "chunk_count",
@@ -41,8 +44,11 @@ __all__ = [
     "rms_norm_fwd",
 ]
 
-# Reassociate (vectorised reductions) and contract (FMA); no nnan/ninf: NaN rows stay NaN.
-FAST = {"reassoc", "contract"}
+# Values per block of a row sum: long enough for the vectorised loop, short enough that a
+# float32 block sum keeps ~1e-7 relative accuracy; block sums are added in float64. Each
+# block is summed over a 1-d view with a loop from 0: LLVM vectorises that loop, not one
+# over range(j0, min(j0 + BLOCK, W)) (measured 30x slower).
+BLOCK = 1024
 
 # Row chunks of the parameter-gradient reduction: at least 64 (work for every thread), at
 # most 256 rows each (the partials are float32 sums over a chunk). Depends on R only.
@@ -56,74 +62,94 @@ def chunk_count(rows: int) -> int:
 
 
 @njit(inline="always")
-def _corrected_stats(mu0, c, v, W, eps):
-    """Mean and 1/sqrt(var + eps) from the corrected two-pass sums of one row.
+def _row_sum(a, r):
+    """sum_j a[r, j] as float64: x-dtype sums of BLOCK values, added in float64."""
+    W = a.shape[1]
+    t = 0.0
+    for j0 in range(0, W, BLOCK):
+        s = a[r, j0 : min(j0 + BLOCK, W)]  # a 1-d view: its loop vectorises
+        b = a.dtype.type(0)
+        for j in range(s.shape[0]):
+            b += s[j]
+        t += b
+    return t
 
-    ``mu0`` is the first-pass mean, ``c = sum(x - mu0)`` and ``v = sum((x - mu0)^2)`` come
-    from the second sweep (Chan, Golub & LeVeque 1983, as in :mod:`normlab._stats`): ``c / W``
-    is the rounding error of the vectorised float32 first sum (it grows with the row's offset,
-    about one ulp of the offset for a 4096-wide row at 2000), so the mean and the variance are
-    corrected by it; the variance is clipped at 0 and 1/sqrt is taken in float64 (the
-    caller casts both results to its dtype).
-    """
-    cm = c / W
-    var = max(np.float64(v) / W - np.float64(cm) * np.float64(cm), 0.0)
-    return mu0 + cm, 1.0 / np.sqrt(var + eps)
+
+@njit(inline="always")
+def _row_sq_sum(a, r):
+    """sum_j a[r, j]^2 as float64, blocked like :func:`_row_sum`."""
+    W = a.shape[1]
+    t = 0.0
+    for j0 in range(0, W, BLOCK):
+        s = a[r, j0 : min(j0 + BLOCK, W)]
+        b = a.dtype.type(0)
+        for j in range(s.shape[0]):
+            b += s[j] * s[j]
+        t += b
+    return t
 
 
 @njit(inline="always")
 def _ln_row(a, r, first_sum, gamma, beta, eps, out, mean, rstd):
     """Finish LayerNorm of row r of ``a`` (R, W) given its first-pass sum: stats, then out.
 
-    The second sweep forms the corrected two-pass sums (the row is still in cache), the third
-    writes ``out[r]``; ``mean[r]`` and ``rstd[r]`` receive the row statistics. Shared by the
-    plain and the add+norm forward, which differ only in how the first pass reads the row.
+    The second sweep forms the corrected two-pass sums ``c = sum(x - mu0)`` and
+    ``v = sum((x - mu0)^2)`` (Chan, Golub & LeVeque 1983, as in :mod:`normlab._stats`):
+    ``c / W`` is the rounding error of the first mean, so mean and variance are corrected by
+    it; the variance is clipped at 0 and 1/sqrt is taken in float64. The third sweep writes
+    ``out[r]``. Shared by the plain and the add+norm forward.
     """
     W = a.shape[1]
     zero = a.dtype.type(0)
     mu0 = a.dtype.type(first_sum / W)
-    c = zero
-    v = zero
-    for j in range(W):
-        d = a[r, j] - mu0
-        c += d
-        v += d * d
-    mu_c, rs_c = _corrected_stats(mu0, c, v, W, eps)
-    mu_t, rs_t = a.dtype.type(mu_c), a.dtype.type(rs_c)
+    c = 0.0
+    v = 0.0
+    for j0 in range(0, W, BLOCK):
+        s = a[r, j0 : min(j0 + BLOCK, W)]
+        cb = zero
+        vb = zero
+        for j in range(s.shape[0]):
+            d = s[j] - mu0
+            cb += d
+            vb += d * d
+        c += cb
+        v += vb
+    cm = c / W
+    var = max(v / W - cm * cm, 0.0)
+    mu_t, rs_t = a.dtype.type(mu0 + cm), a.dtype.type(1.0 / np.sqrt(var + eps))
     for j in range(W):
         out[r, j] = (a[r, j] - mu_t) * rs_t * gamma[j] + beta[j]
     mean[r] = mu_t
     rstd[r] = rs_t
 
 
-@njit(parallel=True, cache=True, fastmath=FAST)
+@jit(FAST)
 def layer_norm_fwd(x, gamma, beta, eps, out, mean, rstd):
     """out = (x - mean) * rstd * gamma + beta per row; fills mean (R,) and rstd (R,)."""
-    R, W = x.shape  # x, out: (R, W); gamma, beta: (W,)
-    zero = x.dtype.type(0)
+    R = x.shape[0]  # x, out: (R, W); gamma, beta: (W,)
     for r in prange(R):
-        t = zero
-        for j in range(W):
-            t += x[r, j]
-        _ln_row(x, r, t, gamma, beta, eps, out, mean, rstd)
+        _ln_row(x, r, _row_sum(x, r), gamma, beta, eps, out, mean, rstd)
 
 
-@njit(parallel=True, cache=True, fastmath=FAST)
+@njit(inline="always")
+def _rms_row(a, r, gain, eps, out, rstd):
+    """out[r] = a[r] * rstd * gain with rstd = 1 / sqrt(mean(a[r]^2) + eps)."""
+    W = a.shape[1]
+    rs_t = a.dtype.type(1.0 / np.sqrt(_row_sq_sum(a, r) / W + eps))
+    for j in range(W):
+        out[r, j] = a[r, j] * rs_t * gain[j]
+    rstd[r] = rs_t
+
+
+@jit(FAST)
 def rms_norm_fwd(x, gain, eps, out, rstd):
     """out = x * rstd * gain per row with rstd = 1 / sqrt(mean(x^2) + eps); fills rstd (R,)."""
-    R, W = x.shape  # x, out: (R, W); gain: (W,)
-    zero = x.dtype.type(0)
+    R = x.shape[0]  # x, out: (R, W); gain: (W,)
     for r in prange(R):
-        v = zero
-        for j in range(W):
-            v += x[r, j] * x[r, j]
-        rs_t = x.dtype.type(1.0 / np.sqrt(np.float64(v) / W + eps))
-        for j in range(W):
-            out[r, j] = x[r, j] * rs_t * gain[j]
-        rstd[r] = rs_t
+        _rms_row(x, r, gain, eps, out, rstd)
 
 
-@njit(parallel=True, cache=True, fastmath=FAST)
+@jit(FAST)
 def layer_norm_bwd(dy, x, mean, rstd, gamma, dres, dx, pg, pb):
     """dx = rstd * (g dy - mean(g dy) - x_hat mean(g dy x_hat)) + dres; pg, pb: (K, W).
 
@@ -143,15 +169,21 @@ def layer_norm_bwd(dy, x, mean, rstd, gamma, dres, dx, pg, pb):
         for r in range(lo, hi):
             mu = x.dtype.type(mean[r])
             rs = x.dtype.type(rstd[r])
-            a = zero  # sum_j g dy
-            b = zero  # sum_j g dy x_hat
-            for j in range(W):
-                gd = dy[r, j] * gamma[j]
-                xh = (x[r, j] - mu) * rs
-                a += gd
-                b += gd * xh
-            a_t = a / W
-            b_t = b / W
+            a = 0.0  # sum_j g dy
+            b = 0.0  # sum_j g dy x_hat
+            for j0 in range(0, W, BLOCK):
+                j1 = min(j0 + BLOCK, W)
+                dys, xs, gs = dy[r, j0:j1], x[r, j0:j1], gamma[j0:j1]  # 1-d views
+                ab = zero
+                bb = zero
+                for j in range(xs.shape[0]):
+                    gd = dys[j] * gs[j]
+                    ab += gd
+                    bb += gd * ((xs[j] - mu) * rs)
+                a += ab
+                b += bb
+            a_t = x.dtype.type(a / W)
+            b_t = x.dtype.type(b / W)
             for j in range(W):
                 xh = (x[r, j] - mu) * rs
                 d = dy[r, j]
@@ -162,7 +194,7 @@ def layer_norm_bwd(dy, x, mean, rstd, gamma, dres, dx, pg, pb):
                 pb[k, j] += d
 
 
-@njit(parallel=True, cache=True, fastmath=FAST)
+@jit(FAST)
 def rms_norm_bwd(dy, x, rstd, gain, dres, dx, pg):
     """dx = rstd * (g dy - x_hat mean(g dy x_hat)) + dres; pg: (K, W) sums of dy * x_hat."""
     R, W = x.shape  # dy, x, dx: (R, W); rstd: (R,); gain: (W,)
@@ -176,10 +208,15 @@ def rms_norm_bwd(dy, x, rstd, gain, dres, dx, pg):
             pg[k, j] = 0.0
         for r in range(lo, hi):
             rs = x.dtype.type(rstd[r])
-            b = zero  # sum_j g dy x_hat
-            for j in range(W):
-                b += dy[r, j] * gain[j] * (x[r, j] * rs)
-            b_t = b / W
+            b = 0.0  # sum_j g dy x_hat
+            for j0 in range(0, W, BLOCK):
+                j1 = min(j0 + BLOCK, W)
+                dys, xs, gs = dy[r, j0:j1], x[r, j0:j1], gain[j0:j1]  # 1-d views
+                bb = zero
+                for j in range(xs.shape[0]):
+                    bb += dys[j] * gs[j] * (xs[j] * rs)
+                b += bb
+            b_t = x.dtype.type(b / W)
             for j in range(W):
                 xh = x[r, j] * rs
                 d = dy[r, j]
@@ -189,32 +226,26 @@ def rms_norm_bwd(dy, x, rstd, gain, dres, dx, pg):
                 pg[k, j] += d * xh
 
 
-@njit(parallel=True, cache=True, fastmath=FAST)
+@njit(inline="always")
+def _add_row(x, res, s, r):
+    """s[r] = x[r] + res[r]: the new residual stream row."""
+    for j in range(x.shape[1]):
+        s[r, j] = x[r, j] + res[r, j]
+
+
+@jit(FAST)
 def add_layer_norm_fwd(x, res, gamma, beta, eps, s, out, mean, rstd):
-    """s = x + res, then LayerNorm of s into out: the residual stream read once."""
-    R, W = x.shape  # x, res, s, out: (R, W)
-    zero = x.dtype.type(0)
+    """s = x + res, then LayerNorm of s into out (the row of s is still in cache)."""
+    R = x.shape[0]  # x, res, s, out: (R, W)
     for r in prange(R):
-        t = zero
-        for j in range(W):
-            v = x[r, j] + res[r, j]
-            s[r, j] = v
-            t += v
-        _ln_row(s, r, t, gamma, beta, eps, out, mean, rstd)
+        _add_row(x, res, s, r)
+        _ln_row(s, r, _row_sum(s, r), gamma, beta, eps, out, mean, rstd)
 
 
-@njit(parallel=True, cache=True, fastmath=FAST)
+@jit(FAST)
 def add_rms_norm_fwd(x, res, gain, eps, s, out, rstd):
     """s = x + res, then RMSNorm of s into out."""
-    R, W = x.shape  # x, res, s, out: (R, W)
-    zero = x.dtype.type(0)
+    R = x.shape[0]  # x, res, s, out: (R, W)
     for r in prange(R):
-        q = zero
-        for j in range(W):
-            v = x[r, j] + res[r, j]
-            s[r, j] = v
-            q += v * v
-        rs_t = x.dtype.type(1.0 / np.sqrt(np.float64(q) / W + eps))
-        for j in range(W):
-            out[r, j] = s[r, j] * rs_t * gain[j]
-        rstd[r] = rs_t
+        _add_row(x, res, s, r)
+        _rms_row(s, r, gain, eps, out, rstd)

@@ -8,14 +8,14 @@ kernel seam (see :mod:`normlab.precision.rounding`) and returns an array bit-ide
 the input's (float32 input to E8M0, emin = -127: float32 subnormals there round with the
 reference's ml_dtypes quirk; float64 input to E8M0 is served). Formats without a zero or
 without a sign (E8M0) take a second pass with their extra rules (see
-:func:`normlab.kernels._round.fix_unsigned_or_zeroless`). Everything a Format decides
+:func:`normlab.kernels.quantize_jit.fix_unsigned_or_zeroless`). Everything a Format decides
 (overflow to inf / NaN / max, what an infinite input becomes, flushing where there are no
 subnormals) is turned into a handful of bit patterns here, in Python, so the compiled loops
 only compare and select integers.
 
 Fast path: round-to-nearest of float32 to a format with float32's exponent range (8
 exponent bits, bias 127, IEEE inf/NaN, subnormals, signed; bf16 is the common case) is
-the bit trick of :func:`normlab.kernels._round.round_nearest_same_range`, saturate or not.
+the bit trick of :func:`normlab.kernels.quantize_jit.round_nearest_same_range`, saturate or not.
 Eligibility is read from the Format's fields, not its name.
 
 Stochastic rounding draws the same words as the reference: ``splitmix64(seed + i)`` on the
@@ -30,8 +30,8 @@ from typing import Any
 import numpy as np
 
 from normlab._backend import register
-from normlab.kernels import _round
-from normlab.kernels._threads import threads_for
+from normlab.kernels import quantize_jit as jit
+from normlab.kernels._adapt import launch
 from normlab.precision.formats import Format, NanConvention
 from normlab.precision.rounding import RoundingMode
 
@@ -41,6 +41,11 @@ __all__: list[str] = []
 _INPUT = {np.dtype(np.float32): (np.uint32, 23), np.dtype(np.float64): (np.uint64, 52)}
 _MIN_EXP = {np.dtype(np.float32): -126, np.dtype(np.float64): -1022}  # input min normal
 _EMPTY_WORDS = np.zeros(0, np.uint64)
+_DETERMINISTIC = {  # mode -> loop of quantize_jit (looked up per call)
+    RoundingMode.NEAREST: "round_nearest",
+    RoundingMode.NEAREST_AWAY: "round_away",
+    RoundingMode.TOWARD_ZERO: "round_zero",
+}
 
 
 def _bits(value: float, dtype: np.dtype, utype: Any) -> Any:
@@ -102,27 +107,21 @@ def quantize(
     if _same_range_as_float32(fmt, mode, x.dtype):
         # saturate: overflow and inf become max; otherwise the carry past max is inf already
         cap = _bits(fmt.max if saturate else np.inf, x.dtype, utype)
-        with threads_for(x.size):
-            _round.round_nearest_same_range(xb, out, utype(F - fmt.mantissa_bits), cap)
+        launch(jit.round_nearest_same_range, x.size, xb, out, utype(F - fmt.mantissa_bits), cap)
         return out.view(x.dtype).reshape(x.shape)
     args = (xb, out, *_params(fmt, mode, saturate, x.dtype))
-    with threads_for(x.size):
-        if mode is RoundingMode.NEAREST:
-            _round.round_nearest(*args)
-        elif mode is RoundingMode.NEAREST_AWAY:
-            _round.round_away(*args)
-        elif mode is RoundingMode.TOWARD_ZERO:
-            _round.round_zero(*args)
+    n = x.size
+    if mode is RoundingMode.STOCHASTIC:
+        if random_bits is not None:
+            words = np.ascontiguousarray(random_bits).reshape(-1)
+            launch(jit.round_stochastic, n, *args, words, np.uint64(0), False)
         else:
-            stochastic: Any = _round.round_stochastic
-            if random_bits is not None:
-                words = np.ascontiguousarray(random_bits).reshape(-1)
-                stochastic(*args, words, np.uint64(0), False)
-            else:
-                assert seed is not None
-                stochastic(*args, _EMPTY_WORDS, np.uint64(seed % 2**64), True)
-        if not fmt.has_zero or not fmt.signed:
-            minnorm = _bits(2.0**fmt.emin, x.dtype, utype)
-            _round.fix_unsigned_or_zeroless(xb, out, minnorm, args[-1], not fmt.has_zero,
-                                            not fmt.signed)
+            assert seed is not None
+            launch(jit.round_stochastic, n, *args, _EMPTY_WORDS, np.uint64(seed % 2**64), True)
+    else:
+        launch(getattr(jit, _DETERMINISTIC[mode]), n, *args)
+    if not fmt.has_zero or not fmt.signed:
+        minnorm = _bits(2.0**fmt.emin, x.dtype, utype)
+        launch(jit.fix_unsigned_or_zeroless, n, xb, out, minnorm, args[-1], not fmt.has_zero,
+               not fmt.signed)
     return out.view(x.dtype).reshape(x.shape)

@@ -17,50 +17,20 @@ The cache keeps a reference to the caller's array, as the reference does.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 
 from normlab._backend import register
-from normlab.kernels import _rows
-from normlab.kernels._threads import threads_for
+from normlab.kernels import row_norms_jit as jit
+from normlab.kernels._adapt import launch, reduce_chunks, rows_of, same_dtype, vec
 from normlab.norms._cache import LayerNormCache, RMSNormCache
 
 __all__: list[str] = []  # the kernels are reached through normlab._backend only
 
-_SERVED = (np.dtype(np.float32), np.dtype(np.float64))
-
-
-def _same_dtype(x: np.ndarray, *others: np.ndarray | None) -> bool:
-    """True when x is float32/float64, non-empty, and every given array has its dtype."""
-    if x.dtype not in _SERVED or x.size == 0:
-        return False
-    return all(a is None or a.dtype == x.dtype for a in others)
-
-
-def _rows_of(a: np.ndarray, k: int) -> np.ndarray:
-    """a as a C-contiguous (R, W) array (a view when a already is contiguous)."""
-    w = math.prod(a.shape[a.ndim - k :])
-    return np.ascontiguousarray(a).reshape(-1, w)  # (R, W)
-
-
-def _vec(p: np.ndarray | None, w: int, dtype: np.dtype, fill: float) -> np.ndarray:
-    """A parameter flattened to (W,), or a constant vector standing in for None."""
-    if p is None:
-        return np.full(w, fill, dtype)
-    return np.ascontiguousarray(p).reshape(w)
-
 
 def _grad_rows(dout: np.ndarray, x2: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(dout).reshape(x2.shape)  # (R, W)
-
-
-def _reduce(part: np.ndarray, like: np.ndarray | None) -> np.ndarray | None:
-    """Sum the (K, W) chunk partials in chunk order; shape and dtype of the parameter."""
-    if like is None:
-        return None
-    return part.sum(axis=0, dtype=np.float64).astype(like.dtype).reshape(like.shape)
 
 
 _NO_RES = np.zeros((0, 0))
@@ -71,15 +41,14 @@ def layer_norm_forward(
     x: np.ndarray, gamma: np.ndarray | None, beta: np.ndarray | None, eps: float, k: int
 ) -> Any:
     """Kernel of ``_layer_norm_forward_ref``: one fused sweep per row."""
-    if not _same_dtype(x, gamma, beta):
+    if not same_dtype(x, gamma, beta):
         return NotImplemented
-    x2 = _rows_of(x, k)  # (R, W)
+    x2 = rows_of(x, k)  # (R, W)
     r, w = x2.shape
     out = np.empty((r, w), x.dtype)
     mean, rstd = np.empty(r, x.dtype), np.empty(r, x.dtype)  # (R,)
-    g, b = _vec(gamma, w, x.dtype, 1.0), _vec(beta, w, x.dtype, 0.0)
-    with threads_for(x2.size):
-        _rows.layer_norm_fwd(x2, g, b, eps, out, mean, rstd)
+    g, b = vec(gamma, w, x.dtype, 1.0), vec(beta, w, x.dtype, 0.0)
+    launch(jit.layer_norm_fwd, x2.size, x2, g, b, eps, out, mean, rstd)
     lead = x.shape[: x.ndim - k]
     cache = LayerNormCache(x, gamma, beta, mean.reshape(lead), rstd.reshape(lead), eps, k)
     return out.reshape(x.shape), cache
@@ -87,20 +56,20 @@ def layer_norm_forward(
 
 def _ln_backward(dout: np.ndarray, dres: np.ndarray | None, cache: LayerNormCache) -> Any:
     x, k = cache.x, cache.normalized_ndim
-    if not _same_dtype(x, dout, dres, cache.gamma, cache.beta, cache.mean, cache.rstd):
+    if not same_dtype(x, dout, dres, cache.gamma, cache.beta, cache.mean, cache.rstd):
         return NotImplemented
-    x2 = _rows_of(x, k)  # (R, W)
+    x2 = rows_of(x, k)  # (R, W)
     r, w = x2.shape
-    kk = _rows.chunk_count(r)
+    kk = jit.chunk_count(r)
     pg, pb = np.empty((kk, w), x.dtype), np.empty((kk, w), x.dtype)  # (K, W) partial sums
     dx = np.empty((r, w), x.dtype)
     res = _NO_RES.astype(x.dtype) if dres is None else _grad_rows(dres, x2)
     mean = np.ascontiguousarray(cache.mean).reshape(r)
     rstd = np.ascontiguousarray(cache.rstd).reshape(r)
-    gamma = _vec(cache.gamma, w, x.dtype, 1.0)
-    with threads_for(x2.size):
-        _rows.layer_norm_bwd(_grad_rows(dout, x2), x2, mean, rstd, gamma, res, dx, pg, pb)
-    return dx.reshape(x.shape), _reduce(pg, cache.gamma), _reduce(pb, cache.beta)
+    gamma = vec(cache.gamma, w, x.dtype, 1.0)
+    dy = _grad_rows(dout, x2)  # (R, W)
+    launch(jit.layer_norm_bwd, x2.size, dy, x2, mean, rstd, gamma, res, dx, pg, pb)
+    return dx.reshape(x.shape), reduce_chunks(pg, cache.gamma), reduce_chunks(pb, cache.beta)
 
 
 @register("layer_norm_backward")
@@ -122,37 +91,35 @@ def rms_norm_forward(
     x: np.ndarray, weight: np.ndarray | None, eps: float, offset: float, k: int
 ) -> Any:
     """Kernel of ``_rms_norm_forward_ref`` (gain = offset + weight)."""
-    if not _same_dtype(x, weight):
+    if not same_dtype(x, weight):
         return NotImplemented
-    x2 = _rows_of(x, k)  # (R, W)
+    x2 = rows_of(x, k)  # (R, W)
     r, w = x2.shape
     out, rstd = np.empty((r, w), x.dtype), np.empty(r, x.dtype)
-    with threads_for(x2.size):
-        _rows.rms_norm_fwd(x2, _gain(weight, offset, w, x.dtype), eps, out, rstd)
+    launch(jit.rms_norm_fwd, x2.size, x2, _gain(weight, offset, w, x.dtype), eps, out, rstd)
     cache = RMSNormCache(x, weight, rstd.reshape(x.shape[: x.ndim - k]), eps, offset, k)
     return out.reshape(x.shape), cache
 
 
 def _gain(weight: np.ndarray | None, offset: float, w: int, dtype: np.dtype) -> np.ndarray:
     """offset + weight as (W,) in x's dtype; ones when there is no weight."""
-    g = _vec(weight, w, dtype, 1.0)
+    g = vec(weight, w, dtype, 1.0)
     return (g + offset).astype(dtype) if (weight is not None and offset != 0.0) else g
 
 
 def _rms_backward(dout: np.ndarray, dres: np.ndarray | None, cache: RMSNormCache) -> Any:
     x, k = cache.x, cache.normalized_ndim
-    if not _same_dtype(x, dout, dres, cache.weight, cache.rstd):
+    if not same_dtype(x, dout, dres, cache.weight, cache.rstd):
         return NotImplemented
-    x2 = _rows_of(x, k)  # (R, W)
+    x2 = rows_of(x, k)  # (R, W)
     r, w = x2.shape
-    pg = np.empty((_rows.chunk_count(r), w), x.dtype)  # (K, W) partial sums
+    pg = np.empty((jit.chunk_count(r), w), x.dtype)  # (K, W) partial sums
     dx = np.empty((r, w), x.dtype)
     res = _NO_RES.astype(x.dtype) if dres is None else _grad_rows(dres, x2)
     gain = _gain(cache.weight, cache.offset, w, x.dtype)
     rstd = np.ascontiguousarray(cache.rstd).reshape(r)
-    with threads_for(x2.size):
-        _rows.rms_norm_bwd(_grad_rows(dout, x2), x2, rstd, gain, res, dx, pg)
-    return dx.reshape(x.shape), _reduce(pg, cache.weight)
+    launch(jit.rms_norm_bwd, x2.size, _grad_rows(dout, x2), x2, rstd, gain, res, dx, pg)
+    return dx.reshape(x.shape), reduce_chunks(pg, cache.weight)
 
 
 @register("rms_norm_backward")
@@ -179,15 +146,14 @@ def add_layer_norm_forward(
     k: int,
 ) -> Any:
     """Kernel of ``_add_layer_norm_forward_ref``: the sum and its norm in one sweep."""
-    if not _same_dtype(x, residual, gamma, beta):
+    if not same_dtype(x, residual, gamma, beta):
         return NotImplemented
-    x2, res2 = _rows_of(x, k), _rows_of(residual, k)  # (R, W)
+    x2, res2 = rows_of(x, k), rows_of(residual, k)  # (R, W)
     r, w = x2.shape
     s, out = np.empty((r, w), x.dtype), np.empty((r, w), x.dtype)
     mean, rstd = np.empty(r, x.dtype), np.empty(r, x.dtype)
-    g, b = _vec(gamma, w, x.dtype, 1.0), _vec(beta, w, x.dtype, 0.0)
-    with threads_for(x2.size):
-        _rows.add_layer_norm_fwd(x2, res2, g, b, eps, s, out, mean, rstd)
+    g, b = vec(gamma, w, x.dtype, 1.0), vec(beta, w, x.dtype, 0.0)
+    launch(jit.add_layer_norm_fwd, x2.size, x2, res2, g, b, eps, s, out, mean, rstd)
     lead = x.shape[: x.ndim - k]
     s = s.reshape(x.shape)
     cache = LayerNormCache(s, gamma, beta, mean.reshape(lead), rstd.reshape(lead), eps, k)
@@ -204,13 +170,13 @@ def add_rms_norm_forward(
     k: int,
 ) -> Any:
     """Kernel of ``_add_rms_norm_forward_ref``."""
-    if not _same_dtype(x, residual, weight):
+    if not same_dtype(x, residual, weight):
         return NotImplemented
-    x2, res2 = _rows_of(x, k), _rows_of(residual, k)  # (R, W)
+    x2, res2 = rows_of(x, k), rows_of(residual, k)  # (R, W)
     r, w = x2.shape
     s, out, rstd = np.empty((r, w), x.dtype), np.empty((r, w), x.dtype), np.empty(r, x.dtype)
-    with threads_for(x2.size):
-        _rows.add_rms_norm_fwd(x2, res2, _gain(weight, offset, w, x.dtype), eps, s, out, rstd)
+    gain = _gain(weight, offset, w, x.dtype)  # (W,)
+    launch(jit.add_rms_norm_fwd, x2.size, x2, res2, gain, eps, s, out, rstd)
     s = s.reshape(x.shape)
     cache = RMSNormCache(s, weight, rstd.reshape(x.shape[: x.ndim - k]), eps, offset, k)
     return out.reshape(x.shape), s, cache

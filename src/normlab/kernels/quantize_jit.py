@@ -36,6 +36,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from normlab.kernels._adapt import jit
+
 __all__ = [
     "fix_unsigned_or_zeroless",
     "round_away",
@@ -109,7 +111,7 @@ def _consts(xbits):
     return u, M, B, signbit, infb
 
 
-@njit(parallel=True, cache=True)
+@jit()
 def round_nearest(xbits, out, m, emin, qbits, maxbits, ovf, flush_bits,
                   inf_out, nan_keep, nan_out):
     """Round to nearest, ties to even (the kept significand n stays even on a tie)."""
@@ -123,7 +125,7 @@ def round_nearest(xbits, out, m, emin, qbits, maxbits, ovf, flush_bits,
                        inf_out, nan_keep, nan_out)
 
 
-@njit(parallel=True, cache=True)
+@jit()
 def round_nearest_same_range(xbits, out, d, cap):
     """Round to nearest even for a target with the input's exponent range (module header).
 
@@ -146,7 +148,7 @@ def round_nearest_same_range(xbits, out, d, cap):
         out[i] = u(r | s)
 
 
-@njit(parallel=True, cache=True)
+@jit()
 def round_away(xbits, out, m, emin, qbits, maxbits, ovf, flush_bits,
                inf_out, nan_keep, nan_out):
     """Round to nearest, ties away from zero."""
@@ -160,7 +162,7 @@ def round_away(xbits, out, m, emin, qbits, maxbits, ovf, flush_bits,
                        inf_out, nan_keep, nan_out)
 
 
-@njit(parallel=True, cache=True)
+@jit()
 def round_zero(xbits, out, m, emin, qbits, maxbits, ovf, flush_bits,
                inf_out, nan_keep, nan_out):
     """Round toward zero (truncate the discarded bits; overflow gives ``ovf``, usually max)."""
@@ -182,7 +184,7 @@ def splitmix64(z):
     return z ^ (z >> np.uint64(31))
 
 
-@njit(parallel=True, cache=True)
+@jit()
 def round_stochastic(xbits, out, m, emin, qbits, maxbits, ovf,
                      flush_bits, inf_out, nan_keep, nan_out, words, seed, use_seed):
     """Stochastic rounding: up iff r64 + w >= 2^64 with r64 = rem / 2^d as a 0.64 fraction.
@@ -208,7 +210,7 @@ def round_stochastic(xbits, out, m, emin, qbits, maxbits, ovf,
                        inf_out, nan_keep, nan_out)
 
 
-@njit(parallel=True, cache=True)
+@jit()
 def fix_unsigned_or_zeroless(xbits, out, minnorm, qnan, no_zero, unsigned):
     """Second pass for formats without a zero or without a sign (E8M0), on ``out`` in place.
 

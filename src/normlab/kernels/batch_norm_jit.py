@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from normlab.kernels._rows import FAST
+from normlab.kernels._adapt import FAST, jit
 
 __all__ = [
     "acs_grad_sums",
@@ -51,7 +51,7 @@ def _merge(mean, m2, cnt, pm, pm2, pc):
     return cnt
 
 
-@njit(parallel=True, cache=True)
+@jit()
 def cols_stats(x, mean, m2, K):
     """Per-feature mean and M2 (float64, (C,)) of x (A, C) over A; returns the count A."""
     A, C = x.shape
@@ -74,7 +74,7 @@ def cols_stats(x, mean, m2, K):
     return _merge(mean, m2, 0, pm, pm2, pc)
 
 
-@njit(parallel=True, cache=True, fastmath=FAST)
+@jit(FAST)
 def acs_stats(x, mean, m2):
     """Per-feature mean and M2 (float64, (C,)) of x (A, C, S) over A and S."""
     A, C, S = x.shape
@@ -100,7 +100,7 @@ def acs_stats(x, mean, m2):
         m2[c] = q
 
 
-@njit(parallel=True, cache=True, fastmath=FAST)
+@jit(FAST)
 def affine_cols(x, mean, rstd, gamma, beta, out):
     """out = (x - mean) * rstd * gamma + beta per feature (C,): x, out (A, C).
 
@@ -113,7 +113,7 @@ def affine_cols(x, mean, rstd, gamma, beta, out):
             out[r, c] = (x[r, c] - mean[c]) * rstd[c] * gamma[c] + beta[c]
 
 
-@njit(parallel=True, cache=True, fastmath=FAST)
+@jit(FAST)
 def affine_acs(x, mean, rstd, gamma, beta, out):
     """out = (x - mean) * rstd * gamma + beta per feature: x, out (A, C, S)."""
     A, C, S = x.shape
@@ -125,7 +125,7 @@ def affine_acs(x, mean, rstd, gamma, beta, out):
             out[a, c, s] = (x[a, c, s] - mu) * rs * g + b
 
 
-@njit(parallel=True, cache=True, fastmath=FAST)
+@jit(FAST)
 def cols_grad_sums(dy, x, mean, rstd, K, sdy, sdyx):
     """sdy = sum_A dy, sdyx = sum_A dy * x_hat (float64, (C,)) over fixed row chunks."""
     A, C = x.shape
@@ -147,7 +147,7 @@ def cols_grad_sums(dy, x, mean, rstd, K, sdy, sdyx):
             sdyx[c] += p2[k, c]
 
 
-@njit(parallel=True, cache=True, fastmath=FAST)
+@jit(FAST)
 def acs_grad_sums(dy, x, mean, rstd, sdy, sdyx):
     """sdy = sum dy, sdyx = sum dy * x_hat over A and S (float64, (C,))."""
     A, C, S = x.shape
@@ -164,7 +164,7 @@ def acs_grad_sums(dy, x, mean, rstd, sdy, sdyx):
         sdyx[c] = t2
 
 
-@njit(parallel=True, cache=True, fastmath=FAST)
+@jit(FAST)
 def bn_dx_cols(dy, x, mean, rstd, gamma, c1, c2, dx):
     """dx = rstd * gamma * (dy - c1 - x_hat * c2) per feature (c1, c2 (C,)): (A, C)."""
     A, C = x.shape
@@ -174,7 +174,7 @@ def bn_dx_cols(dy, x, mean, rstd, gamma, c1, c2, dx):
             dx[r, c] = rstd[c] * gamma[c] * (dy[r, c] - c1[c] - xh * c2[c])
 
 
-@njit(parallel=True, cache=True, fastmath=FAST)
+@jit(FAST)
 def bn_dx_acs(dy, x, mean, rstd, gamma, c1, c2, dx):
     """dx = rstd * gamma * (dy - c1 - x_hat * c2) per feature: (A, C, S)."""
     A, C, S = x.shape

@@ -1,0 +1,100 @@
+"""The one kernel-or-reference decision (normlab._backend.dispatch): failures fall back.
+
+A kernel that raises is replaced by a stand-in (monkeypatched registry entry), so these
+tests need no broken numba install; the process-level cases (read-only install, truncated
+cache) are in test_processes.py. Expected values come from the NumPy references.
+"""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+
+pytest.importorskip("numba")
+
+import normlab as nl
+from normlab import _backend
+from normlab._backend import KernelFallbackWarning, use_backend
+
+
+@pytest.fixture()
+def registry(monkeypatch):
+    """The kernel registry, with the fallback bookkeeping restored after the test."""
+    assert _backend._load()
+    monkeypatch.setattr(_backend, "_DISABLED", set())
+    monkeypatch.setattr(_backend, "_WARNED", set())
+    monkeypatch.setattr(_backend, "_heal_cache", lambda: None)
+    return _backend._REGISTRY
+
+
+def _reference(fn, *args, **kw):
+    with use_backend("numpy"):
+        return fn(*args, **kw)
+
+
+def test_a_failing_kernel_warns_once_and_the_reference_answers(registry, monkeypatch):
+    calls = []
+
+    def broken(*args):
+        calls.append(1)
+        raise RuntimeError("kernel exploded")
+
+    monkeypatch.setitem(registry, "layer_norm_forward", broken)
+    x = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
+    with pytest.warns(KernelFallbackWarning, match="kernel exploded.*NUMBA_CACHE_DIR"):
+        out, _ = nl.layer_norm_forward(x, None, None)
+    out2, _ = nl.layer_norm_forward(x, None, None)  # disabled now: no call, no warning
+    np.testing.assert_array_equal(out, _reference(nl.layer_norm_forward, x, None, None)[0])
+    np.testing.assert_array_equal(out, out2)
+    assert calls == [1]
+
+
+def test_a_corrupted_cache_is_healed_and_the_kernel_retried(registry, monkeypatch):
+    healed, real = [], registry["rms_norm_forward"]
+
+    def truncated_once(*args):
+        if not healed:
+            raise pickle.UnpicklingError("pickle data was truncated")
+        return real(*args)
+
+    monkeypatch.setattr(_backend, "_heal_cache", lambda: healed.append(1))
+    monkeypatch.setitem(registry, "rms_norm_forward", truncated_once)
+    x = np.random.default_rng(1).standard_normal((4, 8)).astype(np.float32)
+    with pytest.warns(KernelFallbackWarning, match="truncated.*Deleted the kernels' cache"):
+        out, _ = nl.rms_norm_forward(x, None)
+    assert healed == [1] and "rms_norm_forward" not in _backend._DISABLED
+    with use_backend("numba"):
+        again, _ = nl.rms_norm_forward(x, None)
+    np.testing.assert_array_equal(out, again)
+
+
+def test_dropout_fallback_draws_the_same_numbers(registry, monkeypatch):
+    real = registry["inverted_dropout"]
+
+    def draws_then_fails(x, p, rng):
+        real(x, p, rng)  # advances the generator, then the "kernel" dies
+        raise OSError("cannot write cache")
+
+    monkeypatch.setitem(registry, "inverted_dropout", draws_then_fails)
+    x = np.ones((16, 16), np.float32)
+    with pytest.warns(KernelFallbackWarning, match="cannot write cache"):
+        out, keep = nl.inverted_dropout(x, 0.5, np.random.default_rng(3))
+    ref, ref_keep = _reference(nl.inverted_dropout, x, 0.5, np.random.default_rng(3))
+    np.testing.assert_array_equal(keep, ref_keep)
+    np.testing.assert_array_equal(out, ref)
+
+
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_nan_and_inf_rows_stay_in_their_row_without_warnings(backend):
+    # warnings are errors in this suite: any NumPy RuntimeWarning fails the test
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    x[0, 0, 0] = np.nan
+    x[1, 2, 3] = np.inf
+    with use_backend(backend):
+        gn, _ = nl.group_norm_forward(x, 3, None, None)
+        ln, _ = nl.layer_norm_forward(x, None, None)
+    assert np.isnan(gn[0, 0]).all() and np.isfinite(gn[0, 1:]).all()
+    assert np.isnan(gn[1, 2]).all() and np.isfinite(gn[1, :2]).all()
+    assert np.isnan(ln[0, 0]).all() and np.isfinite(ln[0, 1:]).all()
