@@ -5,8 +5,10 @@ might. Each worker gets its own seed (``SeedSequence.spawn``), so stochastic rou
 reproducible and independent across workers, and the results are the same as computing the
 batches in the parent, bit for bit.
 
-The pool uses the ``spawn`` start method, which works everywhere; see "Running normlab in
-production" for fork (Linux's default, and what PyTorch's DataLoader uses) and threads.
+The batches are computed three ways and must agree bit for bit: in this process, in a
+``spawn`` pool (works everywhere; each worker gets its own kernel threads) and, where the
+platform has it, in a ``fork`` pool made after this process already ran the kernels (Linux's
+default, and what PyTorch's DataLoader workers use). See "Running normlab in production".
 
 Run: ``python examples/multiprocessing_loader.py``.
 """
@@ -34,14 +36,16 @@ def collate(seed: np.random.SeedSequence) -> np.ndarray:
 
 def main() -> None:
     seeds = np.random.SeedSequence(2026).spawn(N_BATCHES)  # one independent stream per batch
-    with mp.get_context("spawn").Pool(2) as pool:
-        batches = pool.map(collate, seeds)
-    serial = [collate(seed) for seed in seeds]  # the same work in this process
-    assert all(np.array_equal(a, b) for a, b in zip(batches, serial, strict=True))
+    serial = [collate(seed) for seed in seeds]  # the same work in this process (kernels ran)
+    methods = ["spawn"] + (["fork"] if "fork" in mp.get_all_start_methods() else [])
+    for method in methods:
+        with mp.get_context(method).Pool(2) as pool:
+            batches = pool.map(collate, seeds)
+        assert all(np.array_equal(a, b) for a, b in zip(batches, serial, strict=True)), method
     means = np.array([b.mean(axis=-1) for b in batches])  # N_BATCHES, B
     print(
-        f"{len(batches)} batches of {batches[0].shape} from 2 worker processes; max |row "
-        f"mean| after LayerNorm {np.abs(means).max():.1e}; identical to serial"
+        f"{len(batches)} batches of {batches[0].shape} from 2 workers ({', '.join(methods)}); "
+        f"max |row mean| after LayerNorm {np.abs(means).max():.1e}; identical to serial"
     )
 
 
