@@ -137,6 +137,8 @@ def test_nav_lists_every_page_and_the_generated_ones(site: Path):
     "page", sorted(str(p.relative_to(ROOT / "docs")) for p in (ROOT / "docs").rglob("*.md"))
 )
 def test_python_blocks_in_pages_run(page, tmp_path, monkeypatch):
+    # every ```python block of a page is a complete program; a fragment that needs context
+    # (``model = convert(model, ...)``) is fenced as ```py, which is highlighted the same
     monkeypatch.chdir(tmp_path)
     text = (ROOT / "docs" / page).read_text(encoding="utf-8")
     for i, block in enumerate(re.findall(r"```python\n(.*?)```", text, re.S)):
