@@ -1,11 +1,41 @@
-"""Shared pytest fixtures: randomness is always passed in, seeded per test."""
+"""Shared pytest fixtures and format lists: randomness is always passed in, seeded per test.
+
+The format lists are imported by the precision tests (``from conftest import ML_PAIRS``):
+each named format with an ml_dtypes (or numpy) storage type, so a new format is added to
+every oracle comparison in one place.
+"""
 
 from __future__ import annotations
 
 import zlib
 
+import ml_dtypes
 import numpy as np
 import pytest
+
+from normlab.precision import NAMED_FORMATS, get_format
+
+# format name -> the numpy / ml_dtypes type that stores it (the independent oracle)
+ML_TYPES: dict[str, type] = {
+    "float32": np.float32,
+    "bfloat16": ml_dtypes.bfloat16,
+    "float16": np.float16,
+    "float8_e4m3fn": ml_dtypes.float8_e4m3fn,
+    "float8_e5m2": ml_dtypes.float8_e5m2,
+    "float6_e3m2fn": ml_dtypes.float6_e3m2fn,
+    "float6_e2m3fn": ml_dtypes.float6_e2m3fn,
+    "float4_e2m1fn": ml_dtypes.float4_e2m1fn,
+    "float8_e8m0fnu": ml_dtypes.float8_e8m0fnu,
+    "float8_e4m3fnuz": ml_dtypes.float8_e4m3fnuz,
+    "float8_e5m2fnuz": ml_dtypes.float8_e5m2fnuz,
+    "float8_e4m3b11fnuz": ml_dtypes.float8_e4m3b11fnuz,
+}
+# (Format, ml_dtypes type): every named format below float32, plus two ExMy names
+ML_PAIRS = [(f, ML_TYPES[f.name]) for f in NAMED_FORMATS if f.bits < 32] + [
+    (get_format("e3m4"), ml_dtypes.float8_e3m4),
+    (get_format("float8_e4m3"), ml_dtypes.float8_e4m3),
+]
+FNUZ_FORMATS = [get_format(n) for n in ("e4m3fnuz", "e5m2fnuz", "e4m3b11fnuz")]
 
 
 @pytest.fixture

@@ -6,7 +6,8 @@ Subcommands::
     normlab run NAME [--quick|--full] [--out DIR] [--seed N]
     normlab list
     normlab formats
-    normlab bits VALUE --format NAME        (negative values after --: bits --format e5m2 -- -1e-3)
+    normlab bits VALUE --format NAME [--rounding MODE] [--saturate]
+                                            (negative values after --: bits --format e5m2 -- -1e-3)
     normlab bench [ARGS...]
     normlab exercise 16.1|16.2|16.3|16.4
     normlab --version
@@ -120,24 +121,41 @@ def build_parser() -> argparse.ArgumentParser:
 
 # --- formats and bits -----------------------------------------------------------------------
 
+_DETERMINISTIC = ("nearest", "nearest_away", "toward_zero", "toward_positive",
+                  "toward_negative")
+_RECIPES = """Block-scaled recipes (normlab.precision):
+  MX            mx_quantize          E8M0 scale per 32 elements; elements e4m3, e5m2,
+                                     fp6_e3m2, fp6_e2m3, fp4 (E2M1) or int8 (MXINT8, k/64)
+  NVFP4         nvfp4_quantize       E2M1 elements, E4M3 scale per 16 (or 16x16),
+                                     one float32 scale per tensor
+  blockwise FP8 blockwise_quantize   e4m3/e5m2, float32 scale per 1x128 or 128x128 block
+  per-tensor    fp8_quantize, quantize_current_scaling, Fp8Meta (delayed scaling)"""
+
 
 def _add_bits_parser(sub: Any) -> None:
     bits = sub.add_parser("bits", help="print the bit layout of a value in a format")
     bits.add_argument("value", type=float, help="the value, e.g. 3.14 or inf (negative: after --)")
     bits.add_argument("--format", required=True, dest="fmt", help="format name, e.g. bf16, e4m3")
+    bits.add_argument("--rounding", default="nearest", choices=_DETERMINISTIC,
+                      help="rounding mode (default nearest, ties to even)")
+    bits.add_argument("--saturate", action="store_true",
+                      help="overflow and infinities become +-max instead of inf/NaN")
 
 
 def _formats() -> int:
     from normlab.precision import formats_table
 
     print(formats_table())
+    print()
+    print(_RECIPES)
     return 0
 
 
 def _bits(args: argparse.Namespace) -> int:
     from normlab.precision import bit_layout, get_format
 
-    print(bit_layout(args.value, get_format(args.fmt)))
+    print(bit_layout(args.value, get_format(args.fmt), rounding=args.rounding,
+                     saturate=args.saturate))
     return 0
 
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 import pytest
 
+from conftest import ML_TYPES
 from normlab.precision import (
     BFLOAT16,
     FLOAT4_E2M1FN,
@@ -23,12 +23,7 @@ from normlab.precision import (
     to_ml_dtypes,
 )
 
-STORAGE = {
-    "float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16,
-    "float8_e4m3fn": ml_dtypes.float8_e4m3fn, "float8_e5m2": ml_dtypes.float8_e5m2,
-    "float6_e3m2fn": ml_dtypes.float6_e3m2fn, "float6_e2m3fn": ml_dtypes.float6_e2m3fn,
-    "float4_e2m1fn": ml_dtypes.float4_e2m1fn, "float8_e8m0fnu": ml_dtypes.float8_e8m0fnu,
-}
+STORAGE = ML_TYPES
 SMALL = [f for f in NAMED_FORMATS if f.bits <= 16]
 
 

@@ -8,13 +8,17 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from conftest import ML_TYPES
 from normlab.precision import (
     BFLOAT16,
     FLOAT4_E2M1FN,
     FLOAT6_E2M3FN,
     FLOAT6_E3M2FN,
+    FLOAT8_E4M3B11FNUZ,
     FLOAT8_E4M3FN,
+    FLOAT8_E4M3FNUZ,
     FLOAT8_E5M2,
+    FLOAT8_E5M2FNUZ,
     FLOAT8_E8M0FNU,
     FLOAT16,
     FLOAT32,
@@ -40,19 +44,14 @@ HAND = [
     (FLOAT4_E2M1FN, 4, 6.0, 1.0, 0.5, 0.5),
     # E8M0: codes 0..254 are 2^(c - 127); 255 is NaN; no zero
     (FLOAT8_E8M0FNU, 8, 2.0**127, 2.0**-127, 2.0**-127, 1.0),
+    # fnuz: every exponent field is finite (NaN is 0x80): top field 15 - bias 8 = 7,
+    # max 1.875 * 2^7; field 1 is 2^(1 - 8); subnormals 2^(1 - 8 - 3)
+    (FLOAT8_E4M3FNUZ, 8, 240.0, 2.0**-7, 2.0**-10, 2.0**-3),
+    (FLOAT8_E5M2FNUZ, 8, 1.75 * 2.0**15, 2.0**-15, 2.0**-17, 2.0**-2),  # bias 16
+    (FLOAT8_E4M3B11FNUZ, 8, 1.875 * 2.0**4, 2.0**-10, 2.0**-13, 2.0**-3),  # bias 11
 ]
 
-ML = {
-    "bfloat16": ml_dtypes.bfloat16,
-    "float16": np.float16,
-    "float32": np.float32,
-    "float8_e4m3fn": ml_dtypes.float8_e4m3fn,
-    "float8_e5m2": ml_dtypes.float8_e5m2,
-    "float6_e3m2fn": ml_dtypes.float6_e3m2fn,
-    "float6_e2m3fn": ml_dtypes.float6_e2m3fn,
-    "float4_e2m1fn": ml_dtypes.float4_e2m1fn,
-    "float8_e8m0fnu": ml_dtypes.float8_e8m0fnu,
-}
+ML = ML_TYPES
 
 
 @pytest.mark.parametrize(("fmt", "bits", "fmax", "tiny", "sub", "eps"), HAND)
@@ -83,6 +82,8 @@ def test_named_constants_match_ml_dtypes_finfo(fmt):
         ("fp8-e5m2", FLOAT8_E5M2), ("fp6_e3m2", FLOAT6_E3M2FN), ("fp6_e2m3", FLOAT6_E2M3FN),
         ("fp4", FLOAT4_E2M1FN), ("e2m1", FLOAT4_E2M1FN), ("e8m0", FLOAT8_E8M0FNU),
         ("float8_e8m0fnu", FLOAT8_E8M0FNU), (FLOAT16, FLOAT16),
+        ("e4m3fnuz", FLOAT8_E4M3FNUZ), ("float8_e5m2fnuz", FLOAT8_E5M2FNUZ),
+        ("e4m3b11fnuz", FLOAT8_E4M3B11FNUZ), (ml_dtypes.float8_e4m3fnuz, FLOAT8_E4M3FNUZ),
         (np.dtype(ml_dtypes.bfloat16), BFLOAT16), (ml_dtypes.float8_e5m2, FLOAT8_E5M2),
         (np.float16, FLOAT16),
     ],
@@ -107,7 +108,7 @@ def test_user_format_by_hand():
     fmt = Format("e3m3", 3, 3)
     assert (fmt.bias, fmt.emax, fmt.emin, fmt.max) == (3, 3, -2, 15.0)
     assert fmt.min_subnormal == 2.0**-5
-    fn = Format("e3m3fn", 3, 3, has_infinity=False, nan="fn")
+    fn = Format("e3m3fn", 3, 3, nan="fn")
     assert fn.nan is NanConvention.FN
     assert fn.max == (2 - 2 / 8) * 2.0**4  # field 7 is a binade minus its NaN mantissa
 
@@ -131,11 +132,11 @@ def test_unknown_name_lists_known_names():
         ({"exponent_bits": 4, "mantissa_bits": 3, "bias": 150}, ValueError, "float32's range"),
         ({"exponent_bits": 4, "mantissa_bits": -1}, ValueError, "mantissa_bits"),
         ({"exponent_bits": 4, "mantissa_bits": 0}, ValueError, "IEEE specials"),
-        ({"exponent_bits": 4, "mantissa_bits": 3, "nan": "fn"}, ValueError, "has_infinity"),
+        ({"exponent_bits": 4, "mantissa_bits": 3, "nan": "fnuz", "signed": False},
+         ValueError, "fnuz"),
         ({"exponent_bits": 4, "mantissa_bits": 3, "nan": "weird"}, ValueError, "nan must"),
         (
-            {"exponent_bits": 4, "mantissa_bits": 3, "has_infinity": False, "nan": "none",
-             "signed": False},
+            {"exponent_bits": 4, "mantissa_bits": 3, "nan": "none", "signed": False},
             ValueError, "unsigned",
         ),
         ({"exponent_bits": 4, "mantissa_bits": 3, "has_zero": False}, ValueError, "has_zero"),
@@ -166,3 +167,28 @@ def test_formats_table_lists_every_named_format():
     for fmt in NAMED_FORMATS:
         assert fmt.name in table
     assert "448" in table and "57344" in table and "65504" in table
+
+
+def test_has_infinity_is_derived_from_the_nan_convention():
+    # one fact, one place: only the IEEE convention keeps the top field for +-inf
+    for nan, expected in (("ieee", True), ("fn", False), ("fnuz", False), ("none", False)):
+        assert Format("x", 4, 3, nan=nan).has_infinity is expected
+    assert "has_infinity" not in {f.name for f in dataclasses.fields(Format)}
+
+
+def test_has_infinity_keyword_is_deprecated_but_still_checked():
+    with pytest.warns(DeprecationWarning, match="derived from nan"):
+        fmt = Format("float8_e4m3fn", 4, 3, has_infinity=False, nan="fn")
+    assert fmt == FLOAT8_E4M3FN
+    with (pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="has_infinity")):
+        Format("bad", 4, 3, has_infinity=True, nan="fn")
+    with (pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="has_infinity")):
+        Format("bad", 4, 3, has_infinity=False)  # nan defaults to "ieee"
+
+
+def test_format_survives_pickle_and_replace():
+    import pickle
+
+    assert pickle.loads(pickle.dumps(FLOAT8_E4M3FNUZ)) == FLOAT8_E4M3FNUZ
+    renamed = dataclasses.replace(FLOAT8_E4M3FNUZ, name="float8_e4m3b11fnuz", bias=11)
+    assert renamed == FLOAT8_E4M3B11FNUZ

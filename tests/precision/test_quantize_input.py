@@ -64,3 +64,13 @@ def test_monotone_and_idempotent(fmt, mode):
     q = quantize(x, fmt, rounding=mode, saturate=True)
     assert (np.diff(q) >= 0).all()
     assert np.array_equal(quantize(q, fmt, rounding=mode, saturate=True), q)
+
+
+def test_big_endian_float64_is_rounded_as_float64_not_downgraded():
+    # 1 + 2^-30 needs float64: through float32 it would become 1.0 and round to 1.0 in any
+    # mode; rounded once from float64, toward_positive gives the next bf16 value.
+    x = np.array([1 + 2.0**-30, -(1 + 2.0**-30)], dtype=">f8")
+    got = quantize(x, "bf16", rounding="toward_positive")
+    assert got.dtype == np.float64 and got.tolist() == [1 + 2.0**-7, -1.0]
+    y = np.array([1.5, -2.25], dtype=">f4")
+    assert quantize(y, "e4m3").dtype == np.float32

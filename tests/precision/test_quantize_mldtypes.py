@@ -14,6 +14,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from conftest import ML_PAIRS
 from normlab.precision import (
     BFLOAT16,
     FLOAT4_E2M1FN,
@@ -21,24 +22,11 @@ from normlab.precision import (
     FLOAT6_E3M2FN,
     FLOAT8_E4M3FN,
     FLOAT8_E5M2,
-    FLOAT8_E8M0FNU,
     FLOAT16,
-    get_format,
     quantize,
 )
 
-PAIRS = [
-    (BFLOAT16, ml_dtypes.bfloat16),
-    (FLOAT16, np.float16),
-    (FLOAT8_E4M3FN, ml_dtypes.float8_e4m3fn),
-    (FLOAT8_E5M2, ml_dtypes.float8_e5m2),
-    (FLOAT6_E3M2FN, ml_dtypes.float6_e3m2fn),
-    (FLOAT6_E2M3FN, ml_dtypes.float6_e2m3fn),
-    (FLOAT4_E2M1FN, ml_dtypes.float4_e2m1fn),
-    (FLOAT8_E8M0FNU, ml_dtypes.float8_e8m0fnu),
-    (get_format("e3m4"), ml_dtypes.float8_e3m4),
-    (get_format("float8_e4m3"), ml_dtypes.float8_e4m3),
-]
+PAIRS = ML_PAIRS
 SMALL = [(f, t) for f, t in PAIRS if f.bits <= 8]
 
 
@@ -84,6 +72,9 @@ def _same(a, b):
 @pytest.mark.parametrize(("fmt", "ml_type"), PAIRS, ids=lambda p: getattr(p, "name", ""))
 def test_nearest_matches_ml_dtypes_bit_for_bit(fmt, ml_type):
     x = X if fmt.has_nan else X[~np.isnan(X)]
+    if fmt.name == "float8_e8m0fnu":  # float32 subnormals below the tie 1.5 * 2^-127: ml_dtypes
+        # sends them up to 2^-126, normlab rounds the value (test_quantize_golden covers it)
+        x = x[~((np.abs(x) > 2.0**-127) & (np.abs(x) < 1.5 * 2.0**-127))]
     with np.errstate(over="ignore", invalid="ignore"):
         expected = x.astype(ml_type).astype(np.float32)
     got = quantize(x, fmt, saturate=not fmt.has_nan)

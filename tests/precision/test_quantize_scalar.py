@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from conftest import FNUZ_FORMATS
 from normlab.precision import (
     BFLOAT16,
     FLOAT4_E2M1FN,
@@ -32,8 +33,9 @@ FORMATS = [
     FLOAT4_E2M1FN, FLOAT8_E8M0FNU,
     Format("e5m2ftz", 5, 2, has_subnormals=False),
     Format("e3m4", 3, 4),
-    Format("e4m3fnu", 4, 3, has_infinity=False, nan="fn", signed=False),
+    Format("e4m3fnu", 4, 3, nan="fn", signed=False),
     Format("e6m5_b40", 6, 5, bias=40),
+    *FNUZ_FORMATS,
 ]
 
 
@@ -45,7 +47,8 @@ def _inputs(fmt, dtype, rng):
         v = rng.standard_normal(100) * np.exp2(rng.integers(-20, 20, 100))
     v = np.unique(v[np.isfinite(v)])
     mids = (v[:-1] + v[1:]) / 2
-    extra = [0.0, -0.0, np.inf, -np.inf, np.nan, fmt.max * 1.0625, fmt.min_subnormal / 3]
+    extra = [0.0, -0.0, np.inf, -np.inf, np.nan, fmt.max * 1.0625, fmt.min_subnormal / 3,
+             -fmt.min_subnormal / 3, -fmt.max * 1.0625, 1.25 * 2.0**-127, 1.5 * 2.0**-127]
     rand = rng.standard_normal(150) * np.exp2(rng.uniform(-12, 12, 150)) * fmt.max**0.5
     with np.errstate(over="ignore"):
         x = np.concatenate([v, mids, -mids, extra, rand]).astype(dtype)
@@ -69,9 +72,8 @@ def test_scalar_reference_agrees_with_vectorised(fmt, dtype):
             with np.errstate(over="ignore", invalid="ignore"):
                 got = quantize(x, fmt, rounding=mode, saturate=saturate, random_bits=words)
             ref = np.array(
-                [round_scalar(float(v), fmt, mode, saturate, int(w),
-                              from_float32=dtype == np.float32) for v, w in zip(x, words,
-                                                                                strict=True)],
+                [round_scalar(float(v), fmt, mode, saturate, int(w))
+                 for v, w in zip(x, words, strict=True)],
                 dtype,
             )
             bad = ~_same(got, ref)

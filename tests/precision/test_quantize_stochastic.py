@@ -143,3 +143,68 @@ def test_kernel_seam_receives_the_drawn_seed(monkeypatch):
     assert calls == [(np.float32, BFLOAT16, RoundingMode.STOCHASTIC, False, seed, None)]
     words = stochastic_words(seed, x.shape)
     assert np.array_equal(got, quantize(x, "bf16", rounding="stochastic", random_bits=words))
+
+
+def _splitmix64_by_hand(state: int) -> int:
+    """SplitMix64 on Python ints (Steele, Lea and Flood 2014; Stafford's Mix13 constants)."""
+    z = (state + 0x9E3779B97F4A7C15) % 2**64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) % 2**64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) % 2**64
+    return z ^ (z >> 31)
+
+
+def test_seed_uses_splitmix64_of_seed_plus_the_flat_index():
+    # The documented scheme, reproduced here from the formula with Python ints: element i
+    # (C order) rounds up iff rem / quantum * 2^64 + w_i >= 2^64, w_i = splitmix64(seed + i).
+    # x = 1 + 2^-5 in E4M3 sits a quarter of the way to 1.125: up iff w_i >= 3 * 2^62.
+    seed = 2**64 - 3  # the counter wraps mod 2^64 after two elements
+    x = np.full((2, 3), 1 + 2.0**-5)
+    got = quantize(x, FLOAT8_E4M3FN, rounding="stochastic", seed=seed)
+    words = [_splitmix64_by_hand((seed + i) % 2**64) for i in range(6)]
+    want = np.array([1.125 if w >= 3 << 62 else 1.0 for w in words]).reshape(2, 3)
+    assert np.array_equal(got, want)
+    assert np.array_equal(got, quantize(x, FLOAT8_E4M3FN, rounding="stochastic",
+                                        random_bits=np.array(words, np.uint64).reshape(2, 3)))
+    assert [int(w) for w in stochastic_words(seed, (6,))] == words
+
+
+def test_rng_draws_one_seed_and_uses_the_same_scheme():
+    x = np.random.default_rng(0).standard_normal(1000).astype(np.float32)
+    a = quantize(x, BFLOAT16, rounding="stochastic", rng=np.random.default_rng(4))
+    seed = int(np.random.default_rng(4).integers(0, 2**63, dtype=np.int64))
+    b = quantize(x, BFLOAT16, rounding="stochastic", seed=seed)
+    assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+@pytest.mark.parametrize("backend", ["numba", "numpy"])
+def test_seed_gives_the_same_bits_on_both_backends(backend):
+    x = np.random.default_rng(1).standard_normal((33, 65)).astype(np.float32)
+    with _backend.use_backend(backend):
+        got = quantize(x, FLOAT8_E5M2, rounding="stochastic", seed=123)
+    want = quantize(x, FLOAT8_E5M2, rounding="stochastic",
+                    random_bits=stochastic_words(123, x.shape))
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "match"),
+    [
+        ({}, ValueError, "exactly one source"),
+        ({"seed": 1, "rng": np.random.default_rng(0)}, ValueError, r"\['rng', 'seed'\]"),
+        ({"seed": 1, "random_bits": np.zeros(3, np.uint64)}, ValueError, "exactly one"),
+        ({"seed": -1}, ValueError, r"\[0, 2\*\*64\)"),
+        ({"seed": 2**64}, ValueError, "got 18446744073709551616"),
+        ({"seed": 1.5}, TypeError, "seed must be an int"),
+        ({"seed": True}, TypeError, "seed must be an int"),
+    ],
+)
+def test_randomness_arguments_rejected(kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        quantize(np.ones(3), BFLOAT16, rounding="stochastic", **kwargs)
+
+
+def test_deterministic_modes_ignore_one_source_but_reject_two():
+    x = np.array([1 + 2.0**-9])
+    assert quantize(x, BFLOAT16, seed=3).tolist() == [1.0]
+    with pytest.raises(ValueError, match="exactly one"):
+        quantize(x, BFLOAT16, seed=3, rng=np.random.default_rng(0))

@@ -20,6 +20,7 @@ import numba  # noqa: F401  (ImportError here means: no kernels, references only
 
 from normlab.kernels import (
     batch_norm,  # noqa: F401  (registers the BatchNorm kernels)
+    block_scale,  # noqa: F401  (registers block_amax)
     dropout,  # noqa: F401  (registers inverted dropout)
     quantize,  # noqa: F401  (registers quantize)
     row_norms,  # noqa: F401  (registers the LayerNorm / RMSNorm / add+norm kernels)

@@ -28,6 +28,7 @@ from normlab.nn.linear import Embedding, Linear
 from normlab.nn.loss import softmax_cross_entropy
 from normlab.nn.module import Module, Parameter
 from normlab.nn.normalization import GroupNorm, LayerNorm, RMSNorm
+from normlab.nn.residual_init import admin_initialize, deepnorm_constants, deepnorm_init
 from normlab.nn.transformer import MLP, TransformerBlock, TransformerLM
 
 __all__ = [
@@ -49,7 +50,10 @@ __all__ = [
     "Sequential",
     "TransformerBlock",
     "TransformerLM",
+    "admin_initialize",
     "causal_attention_weights",
+    "deepnorm_constants",
+    "deepnorm_init",
     "module_gradcheck",
     "softmax_cross_entropy",
 ]

@@ -1,7 +1,14 @@
-"""Float formats, exact rounding, loss scaling, mixed-precision training, fp8 and MX scaling."""
+"""Float formats, exact rounding, loss scaling, mixed-precision training and scaled recipes.
+
+Formats and rounding: :mod:`formats`, :mod:`rounding`, :mod:`codes`. Scaled recipes:
+per-tensor FP8 (:mod:`fp8_scaling`), MX (:mod:`mx`), NVFP4 (:mod:`nvfp4`), blockwise FP8
+(:mod:`blockwise`), the random Hadamard transform (:mod:`hadamard`). Training: loss
+scaling, master weights, low-precision matmul.
+"""
 
 from __future__ import annotations
 
+from normlab.precision.blockwise import BlockwiseTensor, blockwise_quantize
 from normlab.precision.codes import (
     BitLayout,
     bit_layout,
@@ -15,8 +22,11 @@ from normlab.precision.formats import (
     FLOAT4_E2M1FN,
     FLOAT6_E2M3FN,
     FLOAT6_E3M2FN,
+    FLOAT8_E4M3B11FNUZ,
     FLOAT8_E4M3FN,
+    FLOAT8_E4M3FNUZ,
     FLOAT8_E5M2,
+    FLOAT8_E5M2FNUZ,
     FLOAT8_E8M0FNU,
     FLOAT16,
     FLOAT32,
@@ -34,6 +44,11 @@ from normlab.precision.fp8_scaling import (
     fp8_quantize,
     quantize_current_scaling,
 )
+from normlab.precision.hadamard import (
+    hadamard_matrix,
+    inverse_random_hadamard_transform,
+    random_hadamard_transform,
+)
 from normlab.precision.listings import (
     fp16_overflows_but_bfloat16_keeps_range,
     loss_scaled_gradient,
@@ -44,12 +59,8 @@ from normlab.precision.lowp_update import LowPrecisionUpdater
 from normlab.precision.master_weights import MasterWeights
 from normlab.precision.matmul import lowp_matmul
 from normlab.precision.mixed import StepResult, clip_grad_norm, mixed_precision_step
-from normlab.precision.mx import (
-    MXTensor,
-    e8m0_scales,
-    mx_dequantize,
-    mx_quantize,
-)
+from normlab.precision.mx import MXINT8, MXTensor, e8m0_scales, mx_dequantize, mx_quantize
+from normlab.precision.nvfp4 import NVFP4Tensor, nvfp4_quantize
 from normlab.precision.random_bits import splitmix64, stochastic_words
 from normlab.precision.rounding import RoundingMode, quantize
 
@@ -58,13 +69,18 @@ __all__ = [
     "FLOAT4_E2M1FN",
     "FLOAT6_E2M3FN",
     "FLOAT6_E3M2FN",
+    "FLOAT8_E4M3B11FNUZ",
     "FLOAT8_E4M3FN",
+    "FLOAT8_E4M3FNUZ",
     "FLOAT8_E5M2",
+    "FLOAT8_E5M2FNUZ",
     "FLOAT8_E8M0FNU",
     "FLOAT16",
     "FLOAT32",
+    "MXINT8",
     "NAMED_FORMATS",
     "BitLayout",
+    "BlockwiseTensor",
     "DelayedScaling",
     "DynamicLossScaler",
     "Format",
@@ -73,11 +89,13 @@ __all__ = [
     "LowPrecisionUpdater",
     "MXTensor",
     "MasterWeights",
+    "NVFP4Tensor",
     "NanConvention",
     "RoundingMode",
     "StaticLossScaler",
     "StepResult",
     "bit_layout",
+    "blockwise_quantize",
     "clip_grad_norm",
     "compute_scale",
     "decode",
@@ -88,13 +106,17 @@ __all__ = [
     "fp16_overflows_but_bfloat16_keeps_range",
     "from_ml_dtypes",
     "get_format",
+    "hadamard_matrix",
+    "inverse_random_hadamard_transform",
     "loss_scaled_gradient",
     "lowp_matmul",
     "mixed_precision_step",
     "mx_dequantize",
     "mx_quantize",
+    "nvfp4_quantize",
     "quantize",
     "quantize_current_scaling",
+    "random_hadamard_transform",
     "round_to_bfloat16",
     "splitmix64",
     "stochastic_words",

@@ -7,6 +7,10 @@ with :class:`fractions.Fraction` values and the format's definition (the two nei
 can hold each against the other. It is slow (microseconds per element): use it for tests
 and teaching, never on large arrays.
 
+Directed modes: "toward_positive" takes ``lo + q`` for x > 0 when |x| is off the grid and
+``lo`` for x < 0; "toward_negative" the mirror image; overflow on the side rounded towards
+zero gives +-max (IEEE 754-2019 sec. 7.4). fnuz formats: a zero result is +0.
+
 Stochastic rule in these terms: with t = (|x| - lo) / q in [0, 1), round up iff
 floor(t * 2^64) + word >= 2^64, i.e. with probability floor(t * 2^64) / 2^64 (= t whenever
 t has at most 64 fractional bits).
@@ -39,8 +43,6 @@ def round_scalar(
     mode: RoundingMode | str = RoundingMode.NEAREST,
     saturate: bool = False,
     word: int | None = None,
-    *,
-    from_float32: bool = True,
 ) -> float:
     """Round one value ``x`` to ``fmt`` exactly; see the module header for the rules.
 
@@ -52,9 +54,6 @@ def round_scalar(
     mode : RoundingMode or its string
     saturate : bool
     word : int in [0, 2^64), required for the stochastic mode
-    from_float32 : bool
-        Whether x came from a float32 array (only matters for ml_dtypes' E8M0 quirk on
-        float32 subnormals, reproduced under "nearest").
 
     Returns
     -------
@@ -74,6 +73,7 @@ def round_scalar(
     if negative and not fmt.signed and x != 0:
         return nan
     sgn = -1.0 if negative and fmt.signed else 1.0
+    zero = 0.0 if not fmt.has_negative_zero else sgn * 0.0
     fmax = Fraction(fmt.max)
     if math.isinf(x):
         if saturate or not fmt.has_nan:
@@ -81,20 +81,21 @@ def round_scalar(
         return sgn * math.inf if fmt.has_infinity else nan
     v = abs(Fraction(x))
     if v == 0:
-        return nan if not fmt.has_zero else sgn * 0.0
+        return nan if not fmt.has_zero else zero
     if not fmt.has_zero and v < Fraction(fmt.min_normal):
         return sgn * fmt.min_normal
     q, lo = _grid(v, fmt)
     frac = v / q - lo  # in [0, 1)
     if mode is RoundingMode.NEAREST:
         up = frac > Fraction(1, 2) or (frac == Fraction(1, 2) and lo % 2 == 1)
-        quirk = from_float32 and not fmt.has_zero and fmt.emin == -127
-        if quirk and Fraction(2) ** -127 < v < Fraction(2) ** -126:
-            up = True  # ml_dtypes maps float32 subnormals above 2^-127 up to 2^-126
     elif mode is RoundingMode.NEAREST_AWAY:
         up = frac >= Fraction(1, 2)
     elif mode is RoundingMode.TOWARD_ZERO:
         up = False
+    elif mode is RoundingMode.TOWARD_POSITIVE:
+        up = frac > 0 and not negative
+    elif mode is RoundingMode.TOWARD_NEGATIVE:
+        up = frac > 0 and negative
     else:
         if word is None:
             raise ValueError("stochastic rounding needs a 64-bit random word")
@@ -103,7 +104,10 @@ def round_scalar(
     if not fmt.has_subnormals and fmt.has_zero and r < Fraction(fmt.min_normal):
         r = Fraction(0)  # flush-to-zero format
     if r > fmax:
-        if saturate or mode is RoundingMode.TOWARD_ZERO or not fmt.has_nan:
+        inward = mode is RoundingMode.TOWARD_ZERO or (
+            mode is RoundingMode.TOWARD_POSITIVE and negative
+        ) or (mode is RoundingMode.TOWARD_NEGATIVE and not negative)
+        if saturate or inward or not fmt.has_nan:
             return sgn * fmt.max
         return sgn * math.inf if fmt.has_infinity else nan
-    return sgn * float(r)
+    return zero if r == 0 else sgn * float(r)

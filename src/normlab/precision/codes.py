@@ -5,7 +5,8 @@ Contract: a code is the unsigned integer ``sign << (e + m) | exponent << m | man
 width. :func:`encode` takes values that the format represents exactly (round them first
 with :func:`quantize`); it never rounds, so ``decode(encode(x)) == x`` bit for bit.
 NaN encodes to the format's canonical NaN (IEEE: all-ones exponent, top mantissa bit set;
-"fn": all-ones magnitude), which is what ml_dtypes produces.
+"fn": all-ones magnitude; "fnuz": the sign bit alone, 0x80), which is what ml_dtypes
+produces. The fnuz formats have no -0: -0.0 encodes to the code of +0.
 """
 
 from __future__ import annotations
@@ -40,6 +41,9 @@ _STORAGE = {
     "float6_e2m3fn": np.dtype(ml_dtypes.float6_e2m3fn),
     "float4_e2m1fn": np.dtype(ml_dtypes.float4_e2m1fn),
     "float8_e8m0fnu": np.dtype(ml_dtypes.float8_e8m0fnu),
+    "float8_e4m3fnuz": np.dtype(ml_dtypes.float8_e4m3fnuz),
+    "float8_e5m2fnuz": np.dtype(ml_dtypes.float8_e5m2fnuz),
+    "float8_e4m3b11fnuz": np.dtype(ml_dtypes.float8_e4m3b11fnuz),
 }
 
 
@@ -80,6 +84,8 @@ def encode(x: Any, fmt: Format | str) -> np.ndarray:
     utype = back.dtype.str.replace("f", "u")
     flat = arr.reshape(-1)
     same = (back.view(utype) == flat.view(utype)) | (np.isnan(back) & np.isnan(flat))
+    if not fmt.has_negative_zero:
+        same |= (back == 0) & (flat == 0)  # fnuz: -0.0 is the value 0, stored as +0
     if not same.all():
         bad = flat[~same][0]
         raise ValueError(
@@ -102,6 +108,9 @@ def encode(x: Any, fmt: Format | str) -> np.ndarray:
         expo = np.where(kind == KIND_NAN, all_e, expo)
         mant = np.where(kind == KIND_NAN, np.uint64(2**m - 1), mant)
     codes = (expo << np.uint64(m)) | mant.astype(np.uint64)
+    if fmt.nan is NanConvention.FNUZ:  # NaN is the "-0" code; zeros are +0
+        codes = np.where(kind == KIND_NAN, np.uint64(0), codes)
+        sign = (kind == KIND_NAN) | (sign & (codes != 0))
     if fmt.signed:
         codes |= sign.astype(np.uint64) << np.uint64(e + m)
     return codes.astype(code_dtype(fmt)).reshape(arr.shape)
@@ -154,6 +163,8 @@ def decode(codes: Any, fmt: Format | str) -> np.ndarray:
         kind = np.where(top, np.where(mant == 0, KIND_INF, KIND_NAN), kind)
     elif fmt.nan is NanConvention.FN:
         kind = np.where(top & (mant == 2**m - 1), KIND_NAN, kind)
+    elif fmt.nan is NanConvention.FNUZ:
+        kind = np.where(c == np.uint64(1 << (e + m)), KIND_NAN, kind)
     field0 = (expo == 0) & fmt.has_zero  # subnormal (or zero-only) field
     n = np.where(field0, mant if fmt.has_subnormals else 0, mant | np.uint64(1 << m))
     qe = np.where(field0, fmt.emin, expo.astype(np.int64) - fmt.bias) - m
@@ -169,7 +180,7 @@ def to_ml_dtypes(x: Any, fmt: Format | str, **quantize_options: Any) -> np.ndarr
     x : ndarray of float32 or float64
     fmt : Format or str, a named format (float32, float16, bfloat16, fp8, fp6, fp4, E8M0)
     **quantize_options
-        rounding, saturate, rng, random_bits: passed to :func:`quantize`.
+        rounding, saturate, rng, seed, random_bits: passed to :func:`quantize`.
 
     Returns
     -------
@@ -200,7 +211,8 @@ def from_ml_dtypes(a: Any) -> np.ndarray:
     Parameters
     ----------
     a : ndarray of float32, float16, bfloat16, float8_e4m3fn, float8_e5m2, float6_e3m2fn,
-        float6_e2m3fn, float4_e2m1fn or float8_e8m0fnu
+        float6_e2m3fn, float4_e2m1fn, float8_e8m0fnu, float8_e4m3fnuz, float8_e5m2fnuz or
+        float8_e4m3b11fnuz
 
     Returns
     -------
@@ -276,6 +288,8 @@ class BitLayout:
         lines.append(f"  {self.kind}: {how} = {self.rounded!r}")
         if self.rounded != self.value and self.kind != "nan":
             lines.append(f"  ({self.value!r} is not representable; it rounds to {self.rounded!r})")
+        elif self.kind == "nan" and self.value == self.value:  # a number that became NaN
+            lines.append("  (not representable: rounds to NaN)")
         return "\n".join(lines)
 
 

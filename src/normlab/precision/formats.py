@@ -7,12 +7,17 @@ A format with ``e`` exponent bits, ``m`` mantissa bits and bias ``b`` encodes th
 
 The conventions that differ between formats are fields: whether the top exponent field is
 reserved for infinities and NaNs (``NanConvention.IEEE``), whether only the all-ones code of
-each sign is NaN (``NanConvention.FN``, the "finite" fp8 formats), or whether every code is
-a finite number (``NanConvention.NONE``: fp6, fp4). A format without subnormals either keeps
+each sign is NaN (``NanConvention.FN``, the "finite" fp8 formats), whether the one code
+"negative zero" (sign bit alone) is the only NaN and there is no -0 (``NanConvention.FNUZ``,
+the AMD/Graphcore fp8 formats), or whether every code is a finite number
+(``NanConvention.NONE``: fp6, fp4). Whether a format has infinities is derived from that
+convention (only IEEE has them), not stored. A format without subnormals either keeps
 exponent field 0 for zero only (flush-to-zero) or, with ``has_zero=False``, uses it as an
 ordinary binade (E8M0, the OCP MX scale format: 2^-127 ... 2^127, no zero, NaN = 0xFF).
 
 References: IEEE 754-2019; Micikevicius et al., "FP8 Formats for Deep Learning" (2022);
+Noune et al., "8-bit Numerical Formats for Deep Neural Networks" (2022, the fnuz formats,
+as ml_dtypes ``float8_e4m3fnuz`` / ``float8_e5m2fnuz`` / ``float8_e4m3b11fnuz`` store them);
 OCP Microscaling Formats (MX) v1.0 (2023).
 
 Example
@@ -25,7 +30,8 @@ from __future__ import annotations
 
 import enum
 import re
-from dataclasses import dataclass, field
+import warnings
+from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
@@ -33,8 +39,11 @@ __all__ = [
     "FLOAT4_E2M1FN",
     "FLOAT6_E2M3FN",
     "FLOAT6_E3M2FN",
+    "FLOAT8_E4M3B11FNUZ",
     "FLOAT8_E4M3FN",
+    "FLOAT8_E4M3FNUZ",
     "FLOAT8_E5M2",
+    "FLOAT8_E5M2FNUZ",
     "FLOAT8_E8M0FNU",
     "FLOAT16",
     "FLOAT32",
@@ -52,9 +61,13 @@ class NanConvention(enum.Enum):
     IEEE = "ieee"  # top exponent field: mantissa 0 is +-inf, any other mantissa is NaN
     FN = "fn"  # no infinities; only the all-ones magnitude code of each sign is NaN
     NONE = "none"  # no NaN and no infinity: every code is a finite number
+    FNUZ = "fnuz"  # no infinities, no -0: the code 1 << (bits - 1) ("-0") is the only NaN
 
 
-@dataclass(frozen=True)
+_UNSET: Any = object()
+
+
+@dataclass(frozen=True, init=False)
 class Format:
     """A binary float format: sign, ``exponent_bits``, ``mantissa_bits``, bias, specials.
 
@@ -66,10 +79,12 @@ class Format:
         Field widths; exponent_bits >= 1, mantissa_bits >= 0, at most 32 bits in total.
     bias : int, optional
         Exponent bias; default ``2**(exponent_bits - 1) - 1``.
-    has_infinity : bool
-        True exactly for the IEEE NaN convention (the top exponent field holds +-inf).
+    has_infinity : bool, optional, deprecated
+        Accepted for compatibility and checked against ``nan`` (True exactly for
+        ``nan="ieee"``); not stored: :attr:`has_infinity` is derived from ``nan``. Passing it
+        emits a DeprecationWarning.
     nan : NanConvention or str
-        ``"ieee"``, ``"fn"`` or ``"none"``.
+        ``"ieee"``, ``"fn"``, ``"fnuz"`` or ``"none"``.
     has_subnormals : bool
         Exponent field 0 holds subnormals (``M / 2^m * 2^(1 - bias)``).
     signed : bool
@@ -83,18 +98,53 @@ class Format:
     ------
     ValueError
         Impossible formats: no exponent bits, more than 32 bits, IEEE specials without
-        room for them, values outside float32's range (every value must be a float32).
+        room for them, values outside float32's range (every value must be a float32),
+        ``has_infinity`` contradicting ``nan``, an unsigned fnuz format.
+
+    Example
+    -------
+    >>> Format("e4m3fnuz", 4, 3, bias=8, nan="fnuz").max
+    240.0
     """
 
     name: str
     exponent_bits: int
     mantissa_bits: int
-    bias: int = field(default=None)  # type: ignore[assignment]  # resolved in __post_init__
-    has_infinity: bool = True
-    nan: NanConvention = NanConvention.IEEE
-    has_subnormals: bool = True
-    signed: bool = True
-    has_zero: bool = True
+    bias: int
+    nan: NanConvention
+    has_subnormals: bool
+    signed: bool
+    has_zero: bool
+
+    def __init__(
+        self,
+        name: str,
+        exponent_bits: int,
+        mantissa_bits: int,
+        bias: int | None = None,
+        has_infinity: Any = _UNSET,
+        nan: NanConvention | str = NanConvention.IEEE,
+        has_subnormals: bool = True,
+        signed: bool = True,
+        has_zero: bool = True,
+    ) -> None:
+        for label, v in (("name", name), ("exponent_bits", exponent_bits),
+                         ("mantissa_bits", mantissa_bits), ("bias", bias), ("nan", nan),
+                         ("has_subnormals", has_subnormals), ("signed", signed),
+                         ("has_zero", has_zero)):
+            object.__setattr__(self, label, v)
+        self.__post_init__()
+        if has_infinity is not _UNSET:
+            warnings.warn(
+                "Format(has_infinity=...) is deprecated: it is derived from nan (True exactly "
+                "for nan='ieee'); pass nan only", DeprecationWarning, stacklevel=2,
+            )
+            if bool(has_infinity) != self.has_infinity:
+                raise ValueError(
+                    "Format has_infinity=True goes with nan='ieee' (the top exponent field "
+                    f"holds inf and NaN) and only with it; got has_infinity={has_infinity}, "
+                    f"nan={self.nan.value!r}"
+                )
 
     def __post_init__(self) -> None:
         e, m = self.exponent_bits, self.mantissa_bits
@@ -131,12 +181,6 @@ class Format:
 
     def _check_conventions(self) -> None:
         ieee = self.nan is NanConvention.IEEE
-        if self.has_infinity != ieee:
-            raise ValueError(
-                "Format has_infinity=True goes with nan='ieee' (the top exponent field "
-                f"holds inf and NaN) and only with it; got has_infinity={self.has_infinity}, "
-                f"nan={self.nan.value!r}"
-            )
         if ieee and (self.exponent_bits < 2 or self.mantissa_bits < 1):
             raise ValueError(
                 "IEEE specials need exponent_bits >= 2 and mantissa_bits >= 1 (room for inf "
@@ -148,12 +192,28 @@ class Format:
             raise ValueError("an unsigned format needs a NaN code for negative inputs")
         if self.nan is NanConvention.FN and self.exponent_bits + self.mantissa_bits < 2:
             raise ValueError("nan='fn' needs at least two magnitude bits")
+        if self.nan is NanConvention.FNUZ and not (self.signed and self.has_zero):
+            raise ValueError(
+                "nan='fnuz' spends the sign bit's negative-zero code on NaN: it needs "
+                f"signed=True and has_zero=True; got signed={self.signed}, "
+                f"has_zero={self.has_zero}"
+            )
 
     # ----- finfo-like properties -------------------------------------------------------
     @property
     def bits(self) -> int:
         """Total storage bits: sign (if signed) + exponent + mantissa."""
         return int(self.signed) + self.exponent_bits + self.mantissa_bits
+
+    @property
+    def has_infinity(self) -> bool:
+        """True exactly for the IEEE NaN convention (the top exponent field holds +-inf)."""
+        return self.nan is NanConvention.IEEE
+
+    @property
+    def has_negative_zero(self) -> bool:
+        """False for unsigned formats and for fnuz (its "-0" code is the NaN)."""
+        return self.signed and self.nan is not NanConvention.FNUZ
 
     @property
     def has_nan(self) -> bool:
@@ -219,28 +279,38 @@ BFLOAT16 = Format("bfloat16", 8, 7)
 FLOAT16 = Format("float16", 5, 10)
 # max 0x1.ffcp+15 (65504), min_normal 0x1p-14 (6.1035156e-05),
 # min_subnormal 0x1p-24 (5.9604645e-08), eps 0x1p-10 (0.0009765625)
-FLOAT8_E4M3FN = Format("float8_e4m3fn", 4, 3, has_infinity=False, nan=NanConvention.FN)
+FLOAT8_E4M3FN = Format("float8_e4m3fn", 4, 3, nan=NanConvention.FN)
 # max 0x1.cp+8 (448), min_normal 0x1p-6 (0.015625), min_subnormal 0x1p-9 (0.001953125),
 # eps 0x1p-3 (0.125); NaN = 0x7f / 0xff, no infinity
 FLOAT8_E5M2 = Format("float8_e5m2", 5, 2)
 # max 0x1.cp+15 (57344), min_normal 0x1p-14 (6.1035156e-05),
 # min_subnormal 0x1p-16 (1.5258789e-05), eps 0x1p-2 (0.25)
-FLOAT6_E3M2FN = Format("float6_e3m2fn", 3, 2, has_infinity=False, nan=NanConvention.NONE)
+FLOAT6_E3M2FN = Format("float6_e3m2fn", 3, 2, nan=NanConvention.NONE)
 # max 0x1.cp+4 (28), min_normal 0x1p-2 (0.25), min_subnormal 0x1p-4 (0.0625), eps 0x1p-2
-FLOAT6_E2M3FN = Format("float6_e2m3fn", 2, 3, has_infinity=False, nan=NanConvention.NONE)
+FLOAT6_E2M3FN = Format("float6_e2m3fn", 2, 3, nan=NanConvention.NONE)
 # max 0x1.ep+2 (7.5), min_normal 0x1p+0 (1), min_subnormal 0x1p-3 (0.125), eps 0x1p-3
-FLOAT4_E2M1FN = Format("float4_e2m1fn", 2, 1, has_infinity=False, nan=NanConvention.NONE)
+FLOAT4_E2M1FN = Format("float4_e2m1fn", 2, 1, nan=NanConvention.NONE)
 # max 0x1.8p+2 (6), min_normal 0x1p+0 (1), min_subnormal 0x1p-1 (0.5), eps 0x1p-1
 FLOAT8_E8M0FNU = Format(
-    "float8_e8m0fnu", 8, 0, has_infinity=False, nan=NanConvention.FN,
+    "float8_e8m0fnu", 8, 0, nan=NanConvention.FN,
     has_subnormals=False, signed=False, has_zero=False,
 )
 # max 0x1p+127 (1.7014118e38), min_normal = min_subnormal 0x1p-127 (5.877472e-39),
 # eps 0x1p+0 (1); no zero, NaN = 0xff
+FLOAT8_E4M3FNUZ = Format("float8_e4m3fnuz", 4, 3, bias=8, nan=NanConvention.FNUZ)
+# max 0x1.ep+7 (240), min_normal 0x1p-7 (0.0078125), min_subnormal 0x1p-10 (0.0009765625),
+# eps 0x1p-3 (0.125); NaN = 0x80 only, no infinity, no -0
+FLOAT8_E5M2FNUZ = Format("float8_e5m2fnuz", 5, 2, bias=16, nan=NanConvention.FNUZ)
+# max 0x1.cp+15 (57344), min_normal 0x1p-15 (3.0517578e-05),
+# min_subnormal 0x1p-17 (7.6293945e-06), eps 0x1p-2 (0.25); NaN = 0x80 only
+FLOAT8_E4M3B11FNUZ = Format("float8_e4m3b11fnuz", 4, 3, bias=11, nan=NanConvention.FNUZ)
+# max 0x1.ep+4 (30), min_normal 0x1p-10 (0.0009765625), min_subnormal 0x1p-13
+# (0.00012207031), eps 0x1p-3 (0.125); NaN = 0x80 only
 
 NAMED_FORMATS: tuple[Format, ...] = (
     FLOAT32, BFLOAT16, FLOAT16, FLOAT8_E4M3FN, FLOAT8_E5M2,
     FLOAT6_E3M2FN, FLOAT6_E2M3FN, FLOAT4_E2M1FN, FLOAT8_E8M0FNU,
+    FLOAT8_E4M3FNUZ, FLOAT8_E5M2FNUZ, FLOAT8_E4M3B11FNUZ,
 )
 
 _ALIASES: dict[str, Format] = {}
@@ -254,6 +324,9 @@ for _fmt, _names in (
     (FLOAT6_E2M3FN, ("e2m3", "e2m3fn", "fp6_e2m3", "fp6_e2m3fn", "float6_e2m3fn")),
     (FLOAT4_E2M1FN, ("fp4", "e2m1", "e2m1fn", "fp4_e2m1", "fp4_e2m1fn", "float4_e2m1fn")),
     (FLOAT8_E8M0FNU, ("e8m0", "e8m0fnu", "ue8m0", "fp8_e8m0", "float8_e8m0fnu")),
+    (FLOAT8_E4M3FNUZ, ("e4m3fnuz", "fp8_e4m3fnuz", "float8_e4m3fnuz")),
+    (FLOAT8_E5M2FNUZ, ("e5m2fnuz", "fp8_e5m2fnuz", "float8_e5m2fnuz")),
+    (FLOAT8_E4M3B11FNUZ, ("e4m3b11fnuz", "e4m3b11", "fp8_e4m3b11fnuz", "float8_e4m3b11fnuz")),
 ):
     for _n in _names:
         _ALIASES[_n] = _fmt
@@ -273,7 +346,7 @@ def _parse_exmy(key: str) -> Format | None:
         raise ValueError(f"format name {key!r}: {width} bits do not hold a sign, E{e}, M{m}")
     if suffix is None:
         return Format(key, e_bits, m_bits)
-    return Format(key, e_bits, m_bits, has_infinity=False, nan=NanConvention.FN, signed=signed,
+    return Format(key, e_bits, m_bits, nan=NanConvention.FN, signed=signed,
                   has_subnormals=signed, has_zero=signed)
 
 

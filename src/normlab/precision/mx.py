@@ -28,6 +28,14 @@ TE's kernel multiplies by 1 instead of 2^127 when the code is 0 (a special case 
 reciprocal helper); here V / X is always exact, which only matters for amax below about
 1e-36.
 
+MXINT8 (``elem_format="int8"``, OCP MX v1.0 sec. 5.4.1): the element is an 8-bit integer
+k with an implicit scale 2^-6, so P_i = k / 64 with |k| <= 127, i.e. the fixed-point grid
+0, 1/64, ..., 127/64 and its negatives. It is held as the Format :data:`MXINT8` (E1M6, bias
+1, no NaN: subnormals k/64 for k < 64, the one normal binade 1 + j/64), so emax_elem = 0
+and the element rounding is :func:`quantize`'s (nearest, ties to even, saturating to
++-127/64). The code -128 (-2.0) is never produced, as in microxcaling's MX reference
+(symmetric clipping); ``element_codes()`` returns the two's-complement int8 k.
+
 Length along the axis not divisible by block_size: ValueError, or with ``pad=True`` the
 last block is padded with zeros (which changes no amax) and the elements are returned
 unpadded.
@@ -44,11 +52,17 @@ from typing import Any
 import numpy as np
 
 from normlab._validate import as_float_array, check_int
+from normlab.precision import _blocks
 from normlab.precision.codes import encode
-from normlab.precision.formats import Format, get_format
+from normlab.precision.formats import Format, NanConvention, get_format
 from normlab.precision.rounding import quantize
 
-__all__ = ["MXTensor", "e8m0_scales", "mx_dequantize", "mx_quantize"]
+__all__ = ["MXINT8", "MXTensor", "e8m0_scales", "mx_dequantize", "mx_quantize"]
+
+# MXINT8 elements: k / 64, |k| <= 127 (see the module header)
+MXINT8 = Format("mxint8", 1, 6, bias=1, nan=NanConvention.NONE)
+# max 0x1.fcp+0 (1.984375), min_normal 0x1p+0, min_subnormal 0x1p-6 (0.015625)
+_ELEM_ALIASES = {"int8": MXINT8, "mxint8": MXINT8}
 
 _RULES = ("ocp", "round_up")
 _RULE_ALIASES = {"ocp": "ocp", "floor": "ocp", "round_up": "round_up", "te": "round_up",
@@ -94,6 +108,8 @@ class MXTensor:
         whole block NaN, and fp6/fp4 have no NaN code.
         """
         vals = np.where(np.isnan(self.elements), np.float32(0.0), self.elements)
+        if self.elem_format == MXINT8:  # two's complement int8 k (the value is k / 64)
+            return np.rint(vals * 64).astype(np.int8)
         return encode(vals.astype(np.float32), self.elem_format)
 
 
@@ -140,7 +156,8 @@ def mx_quantize(
     Parameters
     ----------
     x: float array with at least one dimension. elem_format: element Format or name
-    (``"e4m3"``, ``"e5m2"``, ``"fp6_e3m2"``, ``"fp6_e2m3"``, ``"fp4"``, ...).
+    (``"e4m3"``, ``"e5m2"``, ``"fp6_e3m2"``, ``"fp6_e2m3"``, ``"fp4"``, ..., or ``"int8"``
+    for MXINT8).
     block_size: integer >= 1. axis: the blocked axis. scale_rule: ``"ocp"`` (alias
     ``"floor"``) or ``"round_up"`` (aliases ``"te"``, ``"ceil"``). pad: allow a length that
     is not a multiple of block_size.
@@ -158,9 +175,13 @@ def mx_quantize(
     >>> t = mx_quantize(np.array([1.0, 3.0, 0.3, -6.5]), "fp4", block_size=4)
     >>> t.scale_codes.tolist(), t.elements.tolist()   # amax 6.5: e = 2 - 2 = 0
     ([127], [1.0, 3.0, 0.5, -6.0])
+    >>> t = mx_quantize(np.array([3.0, -0.1, 1.5, 0.02]), "int8", block_size=4)
+    >>> t.scale_codes.tolist(), t.element_codes().tolist()   # X = 2^1; k = round(64 V / 2)
+    ([128], [96, -3, 48, 1])
     """
     arr = as_float_array(x, "x", min_ndim=1)
-    fmt = get_format(elem_format)
+    key = elem_format.lower() if isinstance(elem_format, str) else None
+    fmt = _ELEM_ALIASES[key] if key in _ELEM_ALIASES else get_format(elem_format)
     k = check_int(block_size, "block_size", minimum=1)
     ax = check_int(axis, "axis")
     if not -arr.ndim <= ax < arr.ndim:
@@ -178,30 +199,29 @@ def mx_quantize(
             f"x.shape[{ax}] = {n} is not a multiple of block_size = {k}; "
             "pass pad=True to zero-pad the last block"
         )
-    nb = -(-n // k)
-    moved = np.moveaxis(arr.astype(np.float64), ax, -1)  # ...,N
-    lead = moved.shape[:-1]
-    flat = moved.reshape(-1, n)  # R,N
-    if nb * k != n:
-        flat = np.concatenate([flat, np.zeros((flat.shape[0], nb * k - n))], axis=1)
-    blocks = flat.reshape(-1, nb, k)  # R,B,K
-    has_nan = np.isnan(blocks).any(axis=-1)  # R,B
-    amax = np.abs(blocks).max(axis=-1)  # R,B (NaN where has_nan)
+    moved = np.moveaxis(arr, ax, -1)  # ...,N
+    with np.errstate(invalid="ignore"):
+        amax = _blocks.block_amax(moved, (k,)).astype(np.float64)  # ...,B (NaN: a NaN)
+    has_nan = np.isnan(amax)
     if rule == "ocp":
-        e = _ocp_exponent(amax, _elem_emax(fmt))  # R,B
+        e = _ocp_exponent(amax, _elem_emax(fmt))  # ...,B
         bad = has_nan | np.isnan(e)
         code = np.where(bad, _NAN_CODE, np.nan_to_num(e) + 127).astype(np.int64)
     else:
-        code = _round_up_code(np.where(has_nan, np.nan, amax), fmt.max)
+        code = _round_up_code(amax, fmt.max)
         bad = code == _NAN_CODE
-    shift = np.where(bad, 0, code - 127)  # R,B
-    scaled = np.ldexp(blocks, -shift[..., None])  # R,B,K  exact: V / 2^e
-    elems = quantize(scaled, fmt, saturate=True)
-    elems[bad] = np.nan
-    elems32 = elems.reshape(-1, nb * k)[:, :n].astype(np.float32).reshape(*lead, n)
+    # V / 2^e is exact in the work dtype except where it falls below float32's normal
+    # range, and every element format rounds such values to +-0 either way
+    work = _blocks.work_dtype(arr)
+    factor = np.ldexp(np.ones(code.shape), -np.where(bad, 0, code - 127)).astype(work)
+    with np.errstate(over="ignore", invalid="ignore"):
+        scaled = _blocks.multiply_blocks(moved.astype(work, copy=False), factor, (k,))
+    elems = quantize(scaled, fmt, saturate=True).astype(np.float32, copy=False)  # ...,N
+    if bad.any():
+        elems[_blocks.expand(bad, (k,), elems.shape)] = np.nan
     return MXTensor(
-        elements=np.moveaxis(elems32, -1, ax),
-        scale_codes=np.moveaxis(code.astype(np.uint8).reshape(*lead, nb), -1, ax),
+        elements=np.moveaxis(elems, -1, ax),
+        scale_codes=np.moveaxis(code.astype(np.uint8), -1, ax),
         elem_format=fmt,
         block_size=k,
         axis=ax,

@@ -14,13 +14,22 @@ first output of a SplitMix64 generator whose state is ``seed + i``:
 
 Reference: Steele, Lea and Flood, "Fast Splittable Pseudorandom Number Generators"
 (OOPSLA 2014); the finaliser constants are Stafford's "Mix13" variant.
+
+Sources of randomness of a stochastic rounding call (:func:`stochastic_source`): exactly
+one of ``seed`` (an int in [0, 2^64): w_i = splitmix64((seed + i) mod 2^64)), ``rng`` (a
+Generator: one draw ``rng.integers(0, 2**63)`` becomes the seed) or ``random_bits`` (the
+words themselves, uint64, one per element).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-__all__ = ["GOLDEN_GAMMA", "splitmix64", "stochastic_words"]
+from normlab._validate import check_generator
+
+__all__ = ["GOLDEN_GAMMA", "check_seed", "splitmix64", "stochastic_source", "stochastic_words"]
 
 GOLDEN_GAMMA = 0x9E3779B97F4A7C15
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -72,3 +81,69 @@ def stochastic_words(seed: int, shape: tuple[int, ...]) -> np.ndarray:
     index = np.arange(n, dtype=np.uint64)  # (N,)
     counter = index + np.uint64(int(seed) % 2**64)  # (N,) wraps mod 2^64
     return splitmix64(counter).reshape(shape)
+
+
+def check_seed(seed: Any, name: str = "seed") -> int:
+    """An int (numpy ints too, bools rejected) in [0, 2^64)."""
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"{name} must be an int in [0, 2**64); got {type(seed).__name__} "
+                        f"{seed!r}")
+    if not 0 <= int(seed) < 2**64:
+        raise ValueError(f"{name} must be an int in [0, 2**64); got {seed}")
+    return int(seed)
+
+
+def stochastic_source(
+    stochastic: bool, rng: Any, seed: Any, random_bits: Any, shape: tuple[int, ...]
+) -> tuple[int | None, np.ndarray | None]:
+    """Validate rng / seed / random_bits; return (seed, words), at most one not None.
+
+    Parameters
+    ----------
+    stochastic : bool
+        Whether the rounding mode needs randomness (then exactly one source is required;
+        otherwise at most one is accepted and ignored).
+    rng, seed, random_bits : the caller's arguments (see the module header)
+    shape : the shape of the array being rounded (random_bits must have it)
+
+    Returns
+    -------
+    (seed, words): the seed as an int (rng draws it), or the validated uint64 words.
+
+    Raises
+    ------
+    ValueError
+        No source for a stochastic call, more than one source, seed out of range, words of
+        another shape.
+    TypeError
+        rng not a Generator, seed not an int, random_bits not a uint64 ndarray.
+
+    Example
+    -------
+    >>> stochastic_source(True, None, 5, None, (3,))
+    (5, None)
+    """
+    given = [n for n, v in (("rng", rng), ("seed", seed), ("random_bits", random_bits))
+             if v is not None]
+    if len(given) > 1 or (stochastic and not given):
+        raise ValueError(
+            "stochastic rounding needs exactly one source of randomness: rng= (a "
+            "numpy.random.Generator), seed= (an int in [0, 2**64)) or random_bits= (uint64 "
+            f"words of x's shape); got {given or 'none'}"
+        )
+    if not stochastic:
+        return None, None
+    if random_bits is not None:
+        if not isinstance(random_bits, np.ndarray) or random_bits.dtype != np.uint64:
+            raise TypeError(
+                "random_bits must be a numpy array of dtype uint64; got "
+                f"{getattr(random_bits, 'dtype', type(random_bits).__name__)}"
+            )
+        if random_bits.shape != shape:
+            raise ValueError(
+                f"random_bits must have x's shape {shape}; got shape {random_bits.shape}"
+            )
+        return None, random_bits
+    if rng is not None:
+        return int(check_generator(rng).integers(0, 2**63, dtype=np.int64)), None
+    return check_seed(seed), None

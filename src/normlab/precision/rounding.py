@@ -9,29 +9,50 @@ at that magnitude is 2^qe with qe = max(t, emin) - m, so d = qe - (e - F) low bi
 discarded: keep = s >> d, rem = s mod 2^d, and the result is n * 2^qe, n = keep + up.
 Modes decide ``up``: "nearest" rem > 2^(d-1), or a tie with keep odd (ties to even; with
 m = 0 every normal keep is 1, so ties go up, as in ml_dtypes' E8M0); "nearest_away"
-rem >= 2^(d-1); "toward_zero" never; "stochastic" rem + top_d(w) >= 2^d with w the
+rem >= 2^(d-1); "toward_zero" never; "toward_positive" rem > 0 and x > 0;
+"toward_negative" rem > 0 and x < 0 (IEEE 754-2019 roundTowardPositive / Negative, the
+directed modes of gfloat's ``RoundMode``); "stochastic" rem + top_d(w) >= 2^d with w the
 element's 64-bit random word, i.e. ``r64 + w >= 2^64`` where r64 = rem << (64 - d) for
 d <= 64 and rem >> (d - 64) beyond (probabilities then resolve to 2^-64). float64 inputs
 are rounded once, directly.
 
 Specials: NaN stays NaN (a quiet NaN with the input's sign), also for fp6/fp4, which have
 no NaN code (ml_dtypes turns NaN into a zero there; hiding a NaN is worse). Overflow (the
-rounded value above max): ``saturate=True`` or "toward_zero" or a format with neither inf
-nor NaN (fp6, fp4: they always saturate, as ml_dtypes and OCP do) -> +-max; otherwise inf,
-or NaN where the format has only NaN (E4M3FN: |x| > 464 -> NaN). Infinite inputs -> +-max
-with ``saturate=True`` or for fp6/fp4, else inf, or NaN without inf. -0.0 keeps its sign.
+rounded value above max): ``saturate=True``, a format with neither inf nor NaN (fp6, fp4:
+they always saturate, as ml_dtypes and OCP do), or a mode that rounds the magnitude down
+("toward_zero"; "toward_positive" for x < 0; "toward_negative" for x > 0: IEEE 754-2019
+sec. 7.4 carries those overflows to +-max) -> +-max; otherwise inf, or NaN where the
+format has only NaN (E4M3FN: |x| > 464 -> NaN). Infinite inputs -> +-max with
+``saturate=True`` or for fp6/fp4, else inf, or NaN without inf (an infinity is exact, so
+no rounding mode changes it). -0.0 keeps its sign, except in the fnuz formats, which have
+no -0: every zero result is +0 there (their "-0" code is the NaN), as in ml_dtypes.
 Unsigned formats: any negative nonzero input -> NaN. Formats without subnormals: with a
-zero, results below min_normal flush to +-0; without a zero (E8M0) magnitudes below
-min_normal become min_normal and 0 becomes NaN, as in ml_dtypes. One ml_dtypes quirk is
-reproduced under "nearest" for float32 inputs: E8M0 maps float32 subnormals in
-(2^-127, 2^-126) to 2^-126.
+zero, results (rounded on the subnormal grid, in every mode) below min_normal flush to
++-0; without a zero (E8M0) magnitudes below min_normal become min_normal and 0 becomes
+NaN, as in ml_dtypes.
 
-Kernel seam: after validation :func:`quantize` calls ``normlab._backend.kernel("quantize")``
-and, if one is registered, ``k(x, fmt, mode, saturate, seed, random_bits)`` with x the
+E8M0 and float32 subnormals (one rule for every input dtype): the real value is rounded,
+whatever its dtype, so 1.25 * 2^-127 (float32 bits 0x00500000) gives 2^-127 from float32
+and from float64 alike, and 1.5 * 2^-127 (a tie; m = 0, so it goes up) gives 2^-126.
+ml_dtypes (and torch's float8_e8m0fnu cast) map every float32 subnormal above 2^-127 to
+2^-126; normlab does not copy that: the same value must not round differently by dtype.
+
+Kernel seam: after validation :func:`quantize` calls ``normlab._backend.dispatch`` with the
+name ``"quantize"``, and a registered kernel gets ``k(x, fmt, mode, saturate, seed,
+random_bits)`` with x the
 validated float32/float64 ndarray, fmt a Format, mode a :class:`RoundingMode`, saturate a
-bool, seed an int in [0, 2^63) or None (words then come from
+bool, seed an int in [0, 2^64) or None (words then come from
 :func:`normlab.precision.random_bits.stochastic_words`), random_bits a uint64 array of x's
 shape or None. It returns the rounded array (x's dtype and shape) or NotImplemented.
+Modes in ``REFERENCE_ONLY_MODES`` (the directed modes, newer than the kernel) always run
+the reference: the kernel is not asked. For the fnuz formats the kernel's -0 results are
+turned into +0 here (the kernel knows no fnuz convention; everything else it computes
+from the Format's fields matches the reference).
+
+Random words (``seed=`` or ``rng=``): element i of the flattened C-order input uses
+``w_i = splitmix64((seed + i) mod 2^64)`` (:mod:`normlab.precision.random_bits` gives the
+formula); ``rng`` only draws the seed, ``rng.integers(0, 2**63)``. A twin implementation
+reproduces the words bit for bit from the seed alone.
 """
 
 from __future__ import annotations
@@ -42,9 +63,8 @@ from typing import Any
 import numpy as np
 
 from normlab import _backend
-from normlab._validate import check_generator
 from normlab.precision.formats import Format, get_format
-from normlab.precision.random_bits import stochastic_words
+from normlab.precision.random_bits import stochastic_source, stochastic_words
 
 __all__ = ["RoundingMode", "quantize"]
 
@@ -56,6 +76,12 @@ class RoundingMode(enum.Enum):
     STOCHASTIC = "stochastic"  # up with probability equal to the fractional position
     TOWARD_ZERO = "toward_zero"  # truncate the magnitude
     NEAREST_AWAY = "nearest_away"  # to nearest, ties away from zero
+    TOWARD_POSITIVE = "toward_positive"  # up to the next value >= x (ceil)
+    TOWARD_NEGATIVE = "toward_negative"  # down to the next value <= x (floor)
+
+
+# Served only by the reference (the registered kernel predates them).
+REFERENCE_ONLY_MODES = frozenset({RoundingMode.TOWARD_POSITIVE, RoundingMode.TOWARD_NEGATIVE})
 
 
 # Input types: (stored mantissa bits F, exponent bias, width, unsigned view type).
@@ -122,12 +148,14 @@ def round_components(
     half = np.uint64(1 << 63)
     if mode is RoundingMode.NEAREST:
         up = (r64 > half) | ((r64 == half) & ((keep & _U1) == _U1))
-        if not fmt.has_zero and fmt.emin == -127 and F == 23:  # ml_dtypes' E8M0 quirk
-            up |= (E == 0) & (s > (_U1 << np.uint64(22)))
     elif mode is RoundingMode.NEAREST_AWAY:
         up = r64 >= half
     elif mode is RoundingMode.TOWARD_ZERO:
         up = np.zeros(s.shape, dtype=bool)
+    elif mode is RoundingMode.TOWARD_POSITIVE:
+        up = (rem > 0) & ~sign  # rem, not r64: exact for any d
+    elif mode is RoundingMode.TOWARD_NEGATIVE:
+        up = (rem > 0) & sign
     else:
         assert words is not None
         up = r64 > ~words.reshape(-1)  # r64 + w >= 2^64
@@ -153,14 +181,18 @@ def _specials(
     top_qe = fmt.emax - m
     finite = kind == KIND_FINITE
     over = finite & ((qe > top_qe) | ((qe == top_qe) & (n > np.uint64(fmt.max_significand))))
-    clamp_over = saturate or mode is RoundingMode.TOWARD_ZERO or not fmt.has_nan
+    clamp_over: Any = saturate or mode is RoundingMode.TOWARD_ZERO or not fmt.has_nan
+    if mode is RoundingMode.TOWARD_POSITIVE:  # negative overflow goes to -max
+        clamp_over = clamp_over | sign
+    elif mode is RoundingMode.TOWARD_NEGATIVE:  # positive overflow goes to +max
+        clamp_over = clamp_over | ~sign
     clamp_inf = saturate or not fmt.has_nan
     to_max = over & clamp_over | (kind == KIND_INF) & clamp_inf
     n = np.where(to_max, np.uint64(fmt.max_significand), n)
     qe = np.where(to_max, top_qe, qe)
     special = KIND_INF if fmt.has_infinity else KIND_NAN
     kind = np.where(over & ~to_max, special, np.where(to_max, KIND_FINITE, kind))
-    kind = np.where((kind == KIND_INF) & ~fmt.has_infinity, KIND_NAN, kind)
+    kind = np.where((kind == KIND_INF) & (not fmt.has_infinity), KIND_NAN, kind)
     if not fmt.has_zero:
         kind = np.where((kind == KIND_FINITE) & (n == 0), KIND_NAN, kind)
     if not fmt.signed:
@@ -168,6 +200,8 @@ def _specials(
         kind = np.where(negative, KIND_NAN, kind)
         sign = sign & (kind == KIND_NAN)
     n = np.where(kind == KIND_FINITE, n, np.uint64(0))
+    if not fmt.has_negative_zero and fmt.signed:  # fnuz: the "-0" code is NaN; zeros are +0
+        sign = sign & ~((kind == KIND_FINITE) & (n == 0))
     return sign, n, qe, kind
 
 
@@ -209,6 +243,8 @@ def _check_input(x: Any) -> np.ndarray:
             arr = np.asarray(x)
         except (TypeError, ValueError):
             arr = None
+    if arr is not None and arr.dtype.kind == "f" and not arr.dtype.isnative:
+        arr = arr.astype(arr.dtype.newbyteorder("="))  # '>f8' is float64: never downgraded
     if arr is None or arr.dtype not in _INPUT:
         shown = f"dtype {arr.dtype}" if arr is not None else f"{type(x).__name__} {x!r}"[:80]
         raise TypeError(
@@ -225,6 +261,7 @@ def quantize(
     rounding: RoundingMode | str = "nearest",
     saturate: bool = False,
     rng: np.random.Generator | None = None,
+    seed: int | None = None,
     random_bits: np.ndarray | None = None,
 ) -> np.ndarray:
     """Round ``x`` to the values of ``fmt``; the result keeps x's dtype (float32/float64).
@@ -237,17 +274,23 @@ def quantize(
 
     Parameters
     ----------
-    x : ndarray of float32 or float64 (a float or a list of floats is taken as float64)
+    x : ndarray of float32 or float64, any byte order (a float or a list of floats is
+        taken as float64; a non-native byte order is converted, never narrowed)
     fmt : Format or str (see :func:`get_format`)
-    rounding : "nearest" | "stochastic" | "toward_zero" | "nearest_away" or RoundingMode
+    rounding : "nearest" | "stochastic" | "toward_zero" | "nearest_away" |
+        "toward_positive" | "toward_negative" or RoundingMode
     saturate : bool
         Overflow and infinities become +-max instead of inf/NaN.
     rng : numpy.random.Generator, optional
-        Stochastic mode: one seed ``rng.integers(0, 2**63)`` is drawn, element i uses the
-        word ``splitmix64(seed + i)`` (:mod:`normlab.precision.random_bits`).
+        Stochastic mode: one seed ``rng.integers(0, 2**63)`` is drawn, then as ``seed``.
+    seed : int in [0, 2^64), optional
+        Stochastic mode: element i of the flattened C-order x uses the word
+        ``splitmix64((seed + i) mod 2^64)`` (:mod:`normlab.precision.random_bits`); the
+        same seed gives the same result on every backend and thread count.
     random_bits : ndarray of uint64 with x's shape, optional
-        Stochastic mode: explicit random words instead of ``rng`` (pass one of the two).
-        Both are ignored by the deterministic modes.
+        Stochastic mode: explicit random words, one per element.
+        Exactly one of ``rng``, ``seed``, ``random_bits`` is required by the stochastic
+        mode; the deterministic modes ignore a single one, and more than one is an error.
 
     Returns
     -------
@@ -256,57 +299,43 @@ def quantize(
     Raises
     ------
     TypeError
-        x not float32/float64 (integers included); rng not a Generator; random_bits not uint64.
+        x not float32/float64 (integers included); rng not a Generator; seed not an int;
+        random_bits not uint64.
     ValueError
-        Unknown format or mode; stochastic without randomness, or with both; bad shape.
+        Unknown format or mode; stochastic without randomness, or with more than one
+        source; seed outside [0, 2^64); random_bits of another shape.
 
     Notes
     -----
     Overflow without ``saturate``: inf where the format has it, else NaN (E4M3FN: above
-    464); "toward_zero" and the NaN-less fp6/fp4 always clamp to +-max (as ml_dtypes/OCP).
-    NaN stays NaN, also for fp6/fp4 (ml_dtypes would give a zero). float64 is rounded once.
+    464); "toward_zero" and the NaN-less fp6/fp4 always clamp to +-max (as ml_dtypes/OCP),
+    and so do the directed modes on the side they round towards zero. NaN stays NaN, also
+    for fp6/fp4 (ml_dtypes would give a zero). float64 is rounded once.
 
     Example
     -------
     >>> quantize(np.array([1.0 + 2**-8], np.float32), "bf16")
     array([1.], dtype=float32)
+    >>> quantize(np.array([1.01, -1.01]), "e4m3", rounding="toward_positive").tolist()
+    [1.125, -1.0]
+    >>> quantize(np.array([1.0625] * 4), "e4m3", rounding="stochastic", seed=0).tolist()
+    [1.125, 1.125, 1.125, 1.0]
     """
     arr = _check_input(x)
     fmt = get_format(fmt)
     mode = _check_mode(rounding)
     if not isinstance(saturate, (bool, np.bool_)):
         raise TypeError(f"saturate must be a bool; got {saturate!r}")
-    seed: int | None = None
-    words: np.ndarray | None = None
-    if mode is RoundingMode.STOCHASTIC:
-        if (rng is None) == (random_bits is None):
-            raise ValueError(
-                "stochastic rounding needs exactly one source of randomness: rng= (a "
-                "numpy.random.Generator) or random_bits= (uint64 words of x's shape); got "
-                f"rng={'set' if rng is not None else None}, "
-                f"random_bits={'set' if random_bits is not None else None}"
-            )
-        if random_bits is not None:
-            words = _check_words(random_bits, arr.shape)
-        else:
-            seed = int(check_generator(rng).integers(0, 2**63, dtype=np.int64))
+    seed_, words = stochastic_source(mode is RoundingMode.STOCHASTIC, rng, seed, random_bits,
+                                     arr.shape)
+    if mode in REFERENCE_ONLY_MODES:  # the kernel predates these modes: do not ask it
+        return quantize_reference(arr, fmt, mode, bool(saturate), seed_, words)
     out: np.ndarray = _backend.dispatch(
-        "quantize", quantize_reference, arr, fmt, mode, bool(saturate), seed, words
+        "quantize", quantize_reference, arr, fmt, mode, bool(saturate), seed_, words
     )
+    if not fmt.has_negative_zero and fmt.signed:
+        out[out == 0] = 0  # fnuz: no -0 (the kernel knows no fnuz convention)
     return out
-
-
-def _check_words(random_bits: Any, shape: tuple[int, ...]) -> np.ndarray:
-    if not isinstance(random_bits, np.ndarray) or random_bits.dtype != np.uint64:
-        raise TypeError(
-            "random_bits must be a numpy array of dtype uint64; got "
-            f"{getattr(random_bits, 'dtype', type(random_bits).__name__)}"
-        )
-    if random_bits.shape != shape:
-        raise ValueError(
-            f"random_bits must have x's shape {shape}; got shape {random_bits.shape}"
-        )
-    return random_bits
 
 
 def quantize_reference(

@@ -24,6 +24,9 @@ EXPERIMENTS: dict[str, str] = {
     "batch_vs_layer": "BatchNorm vs LayerNorm: batch composition, decoding, train/eval gap",
     "dropout_stats": "Inverted dropout: mean, variance, eval identity (Srivastava et al. 2014)",
     "fp8_formats": "E4M3 vs E5M2, delayed vs current scaling (Micikevicius et al. 2022)",
+    "xiong_gradients": "Gradient norm per layer at init, Post-LN vs Pre-LN (Xiong et al. Fig. 3)",
+    "norm_speed": "RMSNorm vs LayerNorm forward + backward time on this CPU (Zhang & Sennrich)",
+    "residual_depth": "Residual placements vs depth: model update (DeepNet), output change (Admin)",
 }
 
 

@@ -1,0 +1,121 @@
+"""Random Hadamard transform (RHT) in blocks along an axis, and its inverse.
+
+Dimension letters: N the transformed axis' length, b the block size, nB = N / b.
+
+Contract: with H_b the Sylvester Hadamard matrix (H_1 = [1], H_2k = [[H_k, H_k], [H_k,
+-H_k]]; symmetric, H_b H_b = b I) and D = diag(d) a random sign vector,
+d_j = 1 - 2 * (splitmix64(seed + j) >> 63) for j = 0..b-1 (the top bit of the word of
+:mod:`normlab.precision.random_bits`), every block of b consecutive elements along
+``axis`` is mapped as
+
+    y = x D H_b / sqrt(b)            (the transform, M = D H_b / sqrt(b), M M^T = I)
+    x = (y H_b / sqrt(b)) * d        (the inverse, y M^T)
+
+The same sign vector serves every block (NVIDIA, "Pretraining Large Language Models with
+NVFP4", 2025, sec. 4.2: 16 x 16 RHTs on the inputs of the weight-gradient GEMM, one random
+sign vector; both GEMM operands are transformed along the contraction axis, so
+(A M)(M^T B) = A B). For b = 16 the normalisation 1/4 is a power of two. Arithmetic is in
+x's dtype (float32 or float64; other float types are computed in float32).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from normlab._validate import as_float_array, check_int
+from normlab.precision import _blocks
+from normlab.precision.random_bits import check_seed, splitmix64
+
+__all__ = ["hadamard_matrix", "inverse_random_hadamard_transform",
+           "random_hadamard_transform"]
+
+
+def hadamard_matrix(b: int) -> np.ndarray:
+    """The b x b Sylvester Hadamard matrix (entries +-1, float64); b a power of two.
+
+    Example
+    -------
+    >>> hadamard_matrix(2).tolist()
+    [[1.0, 1.0], [1.0, -1.0]]
+    """
+    n = check_int(b, "block", minimum=1)
+    if n & (n - 1):
+        raise ValueError(f"block must be a power of two (Sylvester construction); got {b}")
+    h = np.ones((1, 1))
+    while h.shape[0] < n:
+        h = np.block([[h, h], [h, -h]])
+    return h
+
+
+def _signs(seed: Any, b: int) -> np.ndarray:
+    counter = np.arange(b, dtype=np.uint64) + np.uint64(check_seed(seed))  # b, mod 2^64
+    return 1.0 - 2.0 * (splitmix64(counter) >> np.uint64(63)).astype(np.float64)  # b
+
+
+def _apply(x: Any, block: int, seed: int, axis: int, inverse: bool) -> np.ndarray:
+    arr = as_float_array(x, "x", min_ndim=1)
+    h = hadamard_matrix(block)
+    d = _signs(seed, block)
+    ax = check_int(axis, "axis")
+    if not -arr.ndim <= ax < arr.ndim:
+        raise ValueError(f"axis must be in [-{arr.ndim}, {arr.ndim}); got {axis}")
+    n = arr.shape[ax]
+    if n % block:
+        raise ValueError(f"x.shape[{ax}] = {n} is not a multiple of block = {block}")
+    work = _blocks.work_dtype(arr)
+    m = (h * d[:, None] if not inverse else h * d[None, :]) / np.sqrt(block)  # b,b
+    moved = np.moveaxis(arr.astype(work), ax, -1)  # ...,N
+    blocks = moved.reshape(*moved.shape[:-1], n // block, block)  # ...,nB,b
+    out = (blocks @ m.astype(work)).reshape(moved.shape)  # ...,N
+    return np.moveaxis(out, -1, ax)
+
+
+def random_hadamard_transform(x: Any, block: int = 16, *, seed: int,
+                              axis: int = -1) -> np.ndarray:
+    """``x D H / sqrt(b)`` in blocks of ``block`` along ``axis`` (see the module header).
+
+    Parameters
+    ----------
+    x : float array; x.shape[axis] a multiple of ``block``
+    block : a power of two (16 in the NVFP4 recipe)
+    seed : int in [0, 2**64): the sign vector d_j from splitmix64(seed + j)
+    axis : the transformed axis
+
+    Returns
+    -------
+    ndarray of x's dtype (float32 for float16/bfloat16 input), x's shape.
+
+    Raises
+    ------
+    TypeError / ValueError: non-float x, a block that is not a power of two or does not
+    divide the axis, a bad seed or axis.
+
+    Example
+    -------
+    >>> y = random_hadamard_transform(np.eye(4)[0], block=4, seed=0)
+    >>> np.abs(y).tolist()          # one spike spreads evenly over its block
+    [0.5, 0.5, 0.5, 0.5]
+    >>> inverse_random_hadamard_transform(y, block=4, seed=0).tolist()
+    [1.0, 0.0, 0.0, 0.0]
+    """
+    return _apply(x, block, seed, axis, inverse=False)
+
+
+def inverse_random_hadamard_transform(y: Any, block: int = 16, *, seed: int,
+                                      axis: int = -1) -> np.ndarray:
+    """The inverse ``(y H / sqrt(b)) * d`` of :func:`random_hadamard_transform` (same seed).
+
+    Exact in exact arithmetic (M is orthogonal); in floating point each output is one dot
+    product of b terms, so x comes back to within a few ulps (exactly when every partial
+    sum is representable, e.g. small integers with b = 16).
+
+    Example
+    -------
+    >>> x = np.arange(16.0)
+    >>> y = random_hadamard_transform(x, seed=7)
+    >>> bool((inverse_random_hadamard_transform(y, seed=7) == x).all())
+    True
+    """
+    return _apply(y, block, seed, axis, inverse=True)

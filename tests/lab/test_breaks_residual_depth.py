@@ -1,0 +1,32 @@
+"""Fault injection: residual_depth must report FAIL (not PASS, not ERROR) when broken."""
+
+from __future__ import annotations
+
+import pytest
+
+from normlab.lab.experiments import residual_depth
+from normlab.lab.result import Settings
+from normlab.lab.runner import run_experiments
+from normlab.nn import residual
+
+
+def _swap_pre_post(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every Residual built as "pre" becomes "post" and vice versa."""
+    original = residual.Residual.__init__
+
+    def swapped(self, sublayer, norm, placement="pre", **kw):
+        original(self, sublayer, norm, {"pre": "post", "post": "pre"}.get(placement, placement),
+                 **kw)  # fmt: skip
+
+    monkeypatch.setattr(residual.Residual, "__init__", swapped)
+
+
+def test_pre_post_swapped_fails(monkeypatch):
+    assert "pre_post_swapped" in residual_depth.DETECTS
+    _swap_pre_post(monkeypatch)
+    (outcome,) = run_experiments(["residual_depth"], Settings("quick", 0))
+    assert outcome.status == "fail", outcome.error
+    checks = {c.claim: c.passed for c in outcome.result.checks}
+    # the two claims that pass unbroken (tests/lab/test_exp_residual_depth.py) now fail
+    assert not checks["Post-LN: output change under a parameter perturbation is O(N)"]
+    assert not checks["Pre-LN: output change is O(log N)"]

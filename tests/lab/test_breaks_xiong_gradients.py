@@ -1,0 +1,23 @@
+"""Fault injection: xiong_gradients must report FAIL (not PASS, not ERROR) when broken."""
+
+from __future__ import annotations
+
+from normlab.lab.experiments import xiong_gradients
+from normlab.lab.result import Settings
+from normlab.lab.runner import run_experiments
+from normlab.nn import residual
+
+
+def test_pre_post_swapped_fails(monkeypatch):
+    assert "pre_post_swapped" in xiong_gradients.DETECTS
+    original = residual.Residual.__init__
+
+    def swapped(self, sublayer, norm, placement="pre", **kw):
+        original(self, sublayer, norm, {"pre": "post", "post": "pre"}.get(placement, placement),
+                 **kw)  # fmt: skip
+
+    monkeypatch.setattr(residual.Residual, "__init__", swapped)
+    (outcome,) = run_experiments(["xiong_gradients"], Settings("quick", 0))
+    assert outcome.status == "fail", outcome.error
+    # the Post-LN check, which passes unbroken (test_exp_xiong_gradients.py), now fails
+    assert not outcome.result.checks[0].passed
