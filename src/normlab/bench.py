@@ -83,6 +83,15 @@ def _torch() -> Any:
         return None
 
 
+def _torch_quantize_rows(shape: tuple[int, int], repeats: int) -> list[dict[str, Any]]:
+    """normlab.torch.quantize rows (normlab.torch.bench), when the torch extra is there."""
+    try:
+        from normlab.torch.bench import quantize_rows
+    except ImportError:
+        return []
+    return quantize_rows(shape, ("bf16", "e4m3"), repeats=repeats)
+
+
 def _norm_case(name: str, shape: tuple[int, int], rng: np.random.Generator) -> dict[str, Any]:
     x = (rng.standard_normal(shape, dtype=np.float32) * 2 + 3).astype(np.float32)
     dy = rng.standard_normal(shape, dtype=np.float32)
@@ -314,6 +323,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         (v <= 1.0 if isinstance(v, float) else v)
         for r in rows for v in r.get("check", {}).values()
     )
+    torch_rows = _torch_quantize_rows(shapes[0], repeats) if ctx["torch"] else []
+    ok = ok and all(r["bit_identical"] for r in torch_rows)
     if kernels and not args.no_compile:
         info["compile"] = _compile_times()
     print(json.dumps(info, indent=None))
@@ -327,9 +338,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"peak extra memory {r['op']} {r['shape']}: normlab "
                   f"{r['normlab_peak_extra_bytes'] / r['outputs_bytes']:.3f} x (out + dx), "
                   f"numpy {r['numpy_peak_extra_bytes'] / r['outputs_bytes']:.2f} x")
+    if torch_rows:
+        from normlab.torch.bench import format_rows
+
+        print("normlab.torch.quantize (CPU target: within 3x of numba; CUDA: within 2x of "
+              "an fp8 round trip)")
+        print(format_rows(torch_rows))
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
-            json.dump({"info": info, "rows": rows, "correct": ok}, fh, indent=2)
+            json.dump({"info": info, "rows": rows, "torch_rows": torch_rows, "correct": ok},
+                      fh, indent=2)
     return 0 if ok else 1
 
 

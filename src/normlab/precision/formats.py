@@ -355,7 +355,8 @@ def get_format(name_or_format: Any) -> Format:
 
     Accepts the named formats' ml_dtypes names (``"float8_e4m3fn"``), the common aliases
     (``bf16``, ``fp16``, ``half``, ``e4m3``, ``e5m2``, ``fp6_e3m2``, ``fp4``, ``e8m0``, ...),
-    numpy/ml_dtypes dtypes of those types, and any ``"eXmY"`` (IEEE specials) or
+    numpy/ml_dtypes/torch dtypes of those types (torch's packed ``float4_e2m1fn_x2`` gives
+    the element format), and any ``"eXmY"`` (IEEE specials) or
     ``"eXmYfn"`` (finite, all-ones NaN) within float32's range. Case-insensitive.
 
     Raises
@@ -372,6 +373,9 @@ def get_format(name_or_format: Any) -> Format:
     """
     if isinstance(name_or_format, Format):
         return name_or_format
+    if f"{type(name_or_format).__module__}.{type(name_or_format).__name__}" == "torch.dtype":
+        # a torch dtype, recognised by name so that this module never imports torch
+        name_or_format = str(name_or_format).removeprefix("torch.").removesuffix("_x2")
     if not isinstance(name_or_format, str):
         try:
             import numpy as np

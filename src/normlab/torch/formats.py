@@ -1,0 +1,50 @@
+"""Formats of torch dtypes: :func:`get_format` accepts ``torch.bfloat16``, ``torch.float8_*``.
+
+Contract: a torch dtype maps to the :class:`~normlab.precision.Format` of the same name
+(``torch.float8_e4m3fn`` -> ``FLOAT8_E4M3FN``); ``torch.float4_e2m1fn_x2`` (two packed
+E2M1 values a byte) maps to the element format ``FLOAT4_E2M1FN``. Everything else is
+:func:`normlab.precision.get_format`, which recognises torch dtypes by name without
+importing torch. Formats are data shared with the NumPy side, never copied.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from normlab.precision.formats import Format
+from normlab.precision.formats import get_format as _get_format
+from normlab.torch._import import torch
+
+__all__ = ["get_format"]
+
+
+def get_format(fmt: Any) -> Format:
+    """Return the :class:`~normlab.precision.Format` for a torch dtype, name or ``Format``.
+
+    Parameters
+    ----------
+    fmt : torch.dtype, Format, str or numpy/ml_dtypes dtype
+        torch float dtypes up to 32 bits: float32, bfloat16, float16, the float8 types
+        (e4m3fn, e5m2, e8m0fnu; the fnuz types once the format table has them) and
+        float4_e2m1fn_x2 (the element format).
+
+    Returns
+    -------
+    Format
+
+    Raises
+    ------
+    ValueError
+        A torch dtype without a normlab format (float64, integer types): the message
+        names the dtype and the known formats.
+    TypeError
+        Neither a dtype, a name nor a Format.
+
+    Example
+    -------
+    >>> get_format(torch.float8_e4m3fn).max
+    448.0
+    """
+    if isinstance(fmt, torch.dtype) and not fmt.is_floating_point:
+        raise ValueError(f"fmt {fmt} is not a float dtype; pass a float dtype or a Format")
+    return _get_format(fmt)

@@ -1,0 +1,94 @@
+"""Random Hadamard transform (RHT) of tensors in blocks along an axis, and its inverse.
+
+Dimension letters: N the transformed axis' length, b the block size, nB = N / b.
+
+Contract: :func:`normlab.precision.random_hadamard_transform` on tensors: every block of b
+elements along ``axis`` maps to ``y = x D H_b / sqrt(b)`` (inverse ``(y H_b / sqrt(b)) *
+d``) with the Sylvester H_b and the sign vector ``d_j = 1 - 2 * (splitmix64(seed + j) >>
+63)``, identical to the NumPy side's. Each output is a b-term dot product computed by a
+torch matmul; the NumPy side uses NumPy's matmul, whose summation order may differ, so
+results agree to within the rounding of a b-term sum (and exactly when every partial sum
+is representable, e.g. small integers). NVIDIA, "Pretraining Large Language Models with
+NVFP4", 2025, sec. 4.2.
+"""
+
+from __future__ import annotations
+
+import math
+
+from normlab._validate import check_int
+from normlab.precision.hadamard import hadamard_matrix
+from normlab.precision.random_bits import check_seed
+from normlab.torch import _blocks
+from normlab.torch._import import torch
+from normlab.torch.quantize import _check_tensor, splitmix64
+
+__all__ = ["inverse_random_hadamard_transform", "random_hadamard_transform"]
+
+
+def _signs(seed: int, b: int, device: torch.device) -> torch.Tensor:
+    seed = check_seed(seed)
+    s = seed - 2**64 if seed >= 2**63 else seed  # the int64 with the uint64's bits
+    words = splitmix64(torch.arange(b, dtype=torch.int64, device=device) + s)  # b
+    return 1.0 - 2.0 * (words < 0).to(torch.float64)  # top bit set <=> negative int64
+
+
+def _apply(t: torch.Tensor, block: int, seed: int, axis: int, inverse: bool) -> torch.Tensor:
+    t = _check_tensor(t)
+    if t.dim() < 1:
+        raise ValueError(f"x must have at least one dimension; got shape {tuple(t.shape)}")
+    h = torch.from_numpy(hadamard_matrix(block)).to(t.device)  # b,b float64
+    d = _signs(seed, block, t.device)
+    ax = check_int(axis, "axis")
+    if not -t.dim() <= ax < t.dim():
+        raise ValueError(f"axis must be in [-{t.dim()}, {t.dim()}); got {axis}")
+    n = t.shape[ax]
+    if n % block:
+        raise ValueError(f"x.shape[{ax}] = {n} is not a multiple of block = {block}")
+    work = _blocks.work_dtype(t)
+    m = (h * d[:, None] if not inverse else h * d[None, :]) / math.sqrt(block)  # b,b
+    moved = t.detach().to(work).movedim(ax, -1)  # ...,N
+    blocks = moved.reshape(*moved.shape[:-1], n // block, block)  # ...,nB,b
+    return (blocks @ m.to(work)).reshape(moved.shape).movedim(-1, ax)
+
+
+def random_hadamard_transform(t: torch.Tensor, block: int = 16, *, seed: int,
+                              axis: int = -1) -> torch.Tensor:
+    """``x D H / sqrt(b)`` in blocks of ``block`` along ``axis`` (see the module header).
+
+    Parameters
+    ----------
+    t : Tensor; t.shape[axis] a multiple of ``block``
+    block : a power of two (16 in the NVFP4 recipe)
+    seed : int in [0, 2**64)
+    axis : the transformed axis
+
+    Returns
+    -------
+    Tensor of t's dtype (float32 for float16/bfloat16 input) and shape, on t's device.
+
+    Raises
+    ------
+    TypeError / ValueError: as the NumPy twin.
+
+    Example
+    -------
+    >>> y = random_hadamard_transform(torch.eye(4)[0], block=4, seed=0)
+    >>> y.abs().tolist()
+    [0.5, 0.5, 0.5, 0.5]
+    """
+    return _apply(t, block, seed, axis, inverse=False)
+
+
+def inverse_random_hadamard_transform(t: torch.Tensor, block: int = 16, *, seed: int,
+                                      axis: int = -1) -> torch.Tensor:
+    """The inverse ``(y H / sqrt(b)) * d`` of :func:`random_hadamard_transform` (same seed).
+
+    Example
+    -------
+    >>> x = torch.arange(16.0)
+    >>> y = random_hadamard_transform(x, seed=7)
+    >>> bool((inverse_random_hadamard_transform(y, seed=7) == x).all())
+    True
+    """
+    return _apply(t, block, seed, axis, inverse=True)

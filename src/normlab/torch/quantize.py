@@ -1,0 +1,402 @@
+"""Exact rounding of torch tensors to any :class:`~normlab.precision.Format`, on the bits.
+
+Dimension letters: N elements (the flattened C-order input).
+
+Contract: for float32 and float64 inputs the result is bit-identical to
+``normlab.precision.quantize(t.cpu().numpy(), ...)`` in every mode, with the same special
+rules (see :mod:`normlab.precision.rounding`, whose algorithm this mirrors step by step):
+the integer significand ``s`` of |x| loses ``d = qe - (e - F)`` low bits, the mode decides
+whether to add one, a carry renormalises, then overflow, infinity, NaN, zero and sign rules
+apply. Everything runs as torch tensor ops on int64 views of the bits, so one code path
+serves every device. torch has no uint64 arithmetic on all devices: 64-bit words live in
+int64 with the same bits, shifts of words are made logical by masking, and unsigned
+comparisons flip the sign bit of both sides first.
+
+bfloat16 and float16 inputs are widened to float32 (exact), rounded there, and cast back
+with the input dtype's round-to-nearest-even; the cast is exact whenever the format's
+values are values of the input dtype (any format no wider than it), otherwise it is a
+second rounding.
+
+Stochastic rounding takes ``random_bits`` (an int64 tensor with the bits of NumPy's
+uint64 words) or ``seed``: element i of the flattened tensor uses
+``splitmix64(seed + i)`` (:mod:`normlab.precision.random_bits`), on every device.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from normlab.precision.formats import (
+    BFLOAT16,
+    FLOAT8_E4M3FN,
+    FLOAT8_E5M2,
+    FLOAT16,
+    Format,
+)
+from normlab.precision.random_bits import GOLDEN_GAMMA, check_seed
+from normlab.precision.rounding import RoundingMode
+from normlab.torch._import import torch
+from normlab.torch.formats import get_format
+
+__all__ = ["quantize", "splitmix64", "stochastic_words"]
+
+# Input types: (stored mantissa bits F, exponent bias B, width W, signed view type).
+_INPUT = {
+    torch.float32: (23, 127, 32, torch.int32),
+    torch.float64: (52, 1023, 64, torch.int64),
+}
+_WIDENED = (torch.bfloat16, torch.float16)
+_FINITE, _INF, _NAN = 0, 1, 2
+# Formats that are torch dtypes, whose float32 casts round to nearest even exactly as the
+# reference does for finite inputs; NaN bits and E4M3FN's saturating inf are fixed up.
+_NATIVE = {
+    BFLOAT16: torch.bfloat16,
+    FLOAT16: torch.float16,
+    FLOAT8_E4M3FN: torch.float8_e4m3fn,
+    FLOAT8_E5M2: torch.float8_e5m2,
+}
+_I64_MIN = -(2**63)
+_MIX1 = 0xBF58476D1CE4E5B9
+_MIX2 = 0x94D049BB133111EB
+
+
+def _i64(v: int) -> int:
+    """The int64 whose bits are the uint64 ``v mod 2^64``."""
+    v %= 2**64
+    return v - 2**64 if v >= 2**63 else v
+
+
+def _shr_logical(z: torch.Tensor, k: int) -> torch.Tensor:
+    """Logical z >> k (1 <= k <= 63) of an int64 tensor holding uint64 bits."""
+    return (z >> k) & ((1 << (64 - k)) - 1)
+
+
+def splitmix64(counter: torch.Tensor) -> torch.Tensor:
+    """SplitMix64 of each uint64 state held (as its bits) in an int64 tensor.
+
+    The same formula as :func:`normlab.precision.splitmix64`, in wrapping int64 arithmetic
+    (adds and multiplies mod 2^64 give the same bits signed or unsigned).
+
+    Parameters
+    ----------
+    counter : Tensor of int64, any shape and device
+
+    Returns
+    -------
+    Tensor of int64, same shape and device, the bits of the uint64 outputs.
+
+    Example
+    -------
+    >>> hex(int(splitmix64(torch.zeros(1, dtype=torch.int64))[0]) % 2**64)
+    '0xe220a8397b1dcdaf'
+    """
+    z = counter + _i64(GOLDEN_GAMMA)
+    z = (z ^ _shr_logical(z, 30)) * _i64(_MIX1)
+    z = (z ^ _shr_logical(z, 27)) * _i64(_MIX2)
+    return z ^ _shr_logical(z, 31)
+
+
+def stochastic_words(
+    seed: int, shape: tuple[int, ...] | torch.Size, device: Any = None
+) -> torch.Tensor:
+    """The words ``splitmix64(seed + i)`` of an array of ``shape``, as int64 bits.
+
+    Bit-identical to :func:`normlab.precision.stochastic_words` viewed as int64.
+
+    Parameters
+    ----------
+    seed : int
+        Any integer, taken mod 2^64.
+    shape : tuple of int
+        i runs over the flattened C order of this shape.
+    device : torch.device or str, optional
+
+    Returns
+    -------
+    Tensor of int64 with ``shape`` on ``device``.
+
+    Example
+    -------
+    >>> stochastic_words(7, (2, 3)).shape
+    torch.Size([2, 3])
+    """
+    n = 1
+    for size in shape:
+        n *= int(size)
+    index = torch.arange(n, dtype=torch.int64, device=device)  # (N,)
+    return splitmix64(index + _i64(int(seed))).reshape(tuple(shape))
+
+
+def _floor_log2(s: torch.Tensor) -> torch.Tensor:
+    """floor(log2 s) of positive int64 s < 2^53 (exact: read from the float64 exponent)."""
+    return (s.to(torch.float64).view(torch.int64) >> 52) - 1023
+
+
+def _shl(a: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """a << k for int64 tensors, 0 where k >= 64 (shift counts clamped, never wrapped)."""
+    return torch.where(k >= 64, 0, a << k.clamp(0, 63))
+
+
+def _round_up(
+    mode: RoundingMode, sign: torch.Tensor, keep: torch.Tensor, rem: torch.Tensor,
+    d: torch.Tensor, words: torch.Tensor | None,
+) -> torch.Tensor:
+    """Whether each kept significand goes up one unit (bool, (N,))."""
+    if mode is RoundingMode.TOWARD_ZERO:
+        return torch.zeros_like(sign)
+    if mode is RoundingMode.TOWARD_POSITIVE:
+        return (rem > 0) & ~sign  # rem, not a fixed-point fraction: exact for any d
+    if mode is RoundingMode.TOWARD_NEGATIVE:
+        return (rem > 0) & sign
+    if mode is RoundingMode.STOCHASTIC:
+        assert words is not None
+        # rem / 2^d as a 0.64 fixed-point fraction, exactly as the NumPy reference
+        r64 = torch.where(d <= 64, _shl(rem, 64 - d), rem >> (d - 64).clamp(0, 63))
+        # r64 + w >= 2^64  <=>  r64 > ~w as uint64: compare with both sign bits flipped
+        return (r64 ^ _I64_MIN) > (~words ^ _I64_MIN)
+    # d >= 63 leaves rem = s < 2^53, below any half from the clamp: never up, as in NumPy
+    half = 1 << (d.clamp(1, 62) - 1)  # (N,) 2^(d-1); d == 0 has rem == 0 < 1
+    if mode is RoundingMode.NEAREST_AWAY:
+        return rem >= half
+    return (rem > half) | ((rem == half) & ((keep & 1) == 1))
+
+
+def _components(
+    x: torch.Tensor, fmt: Format, mode: RoundingMode, words: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Rounded (sign, n, qe, kind, t, s) of every element, as in ``round_components``."""
+    F, B, W, itype = _INPUT[x.dtype]
+    m = fmt.mantissa_bits
+    raw = x.reshape(-1).view(itype)  # (N,)
+    sign = raw < 0
+    a = (raw & ((1 << (W - 1)) - 1)).to(torch.int64)
+    E = a >> F
+    frac = a & ((1 << F) - 1)
+    top = 2 ** (W - F - 1) - 1
+    kind = torch.where(E == top, torch.where(frac == 0, _INF, _NAN), _FINITE)
+    s = torch.where(E > 0, frac | (1 << F), frac)  # (N,) significand
+    e = E.clamp(min=1) - B
+    t = _floor_log2(s) + e - F  # floor(log2|x|) where s > 0
+    qe = t.clamp(min=fmt.emin) - m
+    d = torch.where(s > 0, qe - (e - F), 0)
+    dc = d.clamp(0, 63)  # s < 2^53, so shifting by 63 already leaves 0
+    keep = s >> dc
+    rem = s - (keep << dc)
+    n = keep + _round_up(mode, sign, keep, rem, d, words).to(torch.int64)
+    carry = (n >> (m + 1)) != 0
+    n = torch.where(carry, n >> 1, n)
+    qe = torch.where(carry, qe + 1, qe)
+    if not fmt.has_zero:  # no zero, no subnormals: below min_normal -> min_normal
+        low = (s > 0) & (t < fmt.emin)
+        n = torch.where(low, 1 << m, n)
+        qe = torch.where(low, fmt.emin - m, qe)
+    elif not fmt.has_subnormals:  # flush-to-zero format: subnormal results become 0
+        n = torch.where(n < (1 << m), 0, n)
+    return sign, n, qe, kind, t, s
+
+
+def _specials(
+    fmt: Format, mode: RoundingMode, saturate: bool, sign: torch.Tensor, n: torch.Tensor,
+    qe: torch.Tensor, kind: torch.Tensor, nonzero_input: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Overflow, infinity, zero and sign rules (the NumPy reference's ``_specials``)."""
+    m = fmt.mantissa_bits
+    top_qe = fmt.emax - m
+    finite = kind == _FINITE
+    over = finite & ((qe > top_qe) | ((qe == top_qe) & (n > fmt.max_significand)))
+    clamp_over = saturate or mode is RoundingMode.TOWARD_ZERO or not fmt.has_nan
+    clamp_inf = saturate or not fmt.has_nan
+    to_max = torch.zeros_like(over)
+    if clamp_over:
+        to_max = over
+    elif mode is RoundingMode.TOWARD_POSITIVE:  # negative overflow goes to -max
+        to_max = over & sign
+    elif mode is RoundingMode.TOWARD_NEGATIVE:  # positive overflow goes to +max
+        to_max = over & ~sign
+    if clamp_inf:
+        to_max = to_max | (kind == _INF)
+    n = torch.where(to_max, fmt.max_significand, n)
+    qe = torch.where(to_max, top_qe, qe)
+    special = _INF if fmt.has_infinity else _NAN
+    kind = torch.where(over & ~to_max, special, torch.where(to_max, _FINITE, kind))
+    if not fmt.has_infinity:
+        kind = torch.where(kind == _INF, _NAN, kind)
+    if not fmt.has_zero:
+        kind = torch.where((kind == _FINITE) & (n == 0), _NAN, kind)
+    if not fmt.signed:
+        kind = torch.where(sign & nonzero_input, _NAN, kind)  # even if it rounds to zero
+        sign = sign & (kind == _NAN)
+    n = torch.where(kind == _FINITE, n, 0)
+    if not fmt.has_negative_zero and fmt.signed:  # fnuz: the "-0" code is NaN; zeros are +0
+        sign = sign & ~((kind == _FINITE) & (n == 0))
+    return sign, n, qe, kind
+
+
+def _assemble(
+    sign: torch.Tensor, n: torch.Tensor, qe: torch.Tensor, kind: torch.Tensor,
+    dtype: torch.dtype,
+) -> torch.Tensor:
+    """(-1)^sign * n * 2^qe in ``dtype`` (exact: n < 2^25 and the value is representable)."""
+    _, _, W, itype = _INPUT[dtype]
+    pow2 = ((qe.clamp(-1022, 1023) + 1023) << 52).view(torch.float64)  # (N,) 2^qe exactly
+    mag = (n.to(torch.float64) * pow2).to(dtype)  # exact product, exact narrowing
+    mag = torch.where(kind == _INF, float("inf"), mag)
+    mag = torch.where(kind == _NAN, float("nan"), mag)  # the quiet NaN inf | 1 << (F - 1)
+    sign_bit = sign.to(itype) << (W - 1)
+    return (mag.view(itype) | sign_bit).view(dtype)
+
+
+def _nearest_by_cast(x: torch.Tensor, fmt: Format, saturate: bool) -> torch.Tensor:
+    """Round-to-nearest-even of float32 ``x`` through torch's cast to the format's dtype.
+
+    The casts agree with the reference on every input that is neither NaN nor beyond the
+    overflow threshold (checked bit for bit over the same patterns as the bit path). What
+    differs is fixed here: NaN results become the reference's quiet NaN with the input's
+    sign (casts drop the sign or the quiet payload), and torch's E4M3FN cast saturates
+    where the reference gives NaN above 464 (the midpoint between 448 and the NaN code).
+    One read-only pass (``aminmax``) decides whether a fix-up is needed at all.
+    """
+    src = x.clamp(-fmt.max, fmt.max) if saturate else x
+    y = src.to(_NATIVE[fmt]).to(torch.float32)
+    # |x| above `limit` (or NaN) needs the fix-up; inf formats overflow to inf by the cast
+    limit = float("inf")
+    if not saturate and not fmt.has_infinity:
+        limit = fmt.max + 2.0 ** (fmt.emax - fmt.mantissa_bits - 1)
+    if x.numel() == 0:
+        return y
+    lo, hi = torch.aminmax(x)  # NaN propagates into both
+    if bool((hi <= limit) & (lo >= -limit)):
+        return y
+    bad = ~(x.abs() <= limit)  # NaN, and beyond the threshold
+    return torch.where(bad, torch.copysign(torch.tensor(float("nan")), x), y)
+
+
+def _check_mode(rounding: Any) -> RoundingMode:
+    try:
+        return RoundingMode(rounding)
+    except ValueError:
+        raise ValueError(
+            f"rounding must be one of {[r.value for r in RoundingMode]}; got {rounding!r}"
+        ) from None
+
+
+def _check_tensor(t: Any) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(
+            f"t must be a torch.Tensor; got {type(t).__name__}. For NumPy arrays use "
+            "normlab.precision.quantize."
+        )
+    if t.dtype not in _INPUT and t.dtype not in _WIDENED:
+        raise TypeError(
+            "t must have dtype float32, float64, bfloat16 or float16; got "
+            f"{t.dtype}. Convert it first, e.g. t.float()."
+        )
+    return t
+
+
+def _check_randomness(
+    mode: RoundingMode, seed: Any, random_bits: Any, t: torch.Tensor
+) -> torch.Tensor | None:
+    """The (N,) int64 words for stochastic rounding, or None for the other modes.
+
+    The rules of :func:`normlab.precision.quantize`: more than one source is an error in
+    every mode, the stochastic mode needs one, seed is an int in [0, 2^64).
+    """
+    given = [n for n, v in (("seed", seed), ("random_bits", random_bits)) if v is not None]
+    if len(given) > 1 or (mode is RoundingMode.STOCHASTIC and not given):
+        raise ValueError(
+            "stochastic rounding needs exactly one source of randomness: seed= (an int in "
+            "[0, 2**64)) or random_bits= (int64 words of t's shape); got "
+            f"{given or 'none'}"
+        )
+    if mode is not RoundingMode.STOCHASTIC:
+        return None
+    if random_bits is not None:
+        if not isinstance(random_bits, torch.Tensor) or random_bits.dtype not in (
+            torch.int64, torch.uint64,
+        ):
+            raise TypeError(
+                "random_bits must be a torch.Tensor of dtype int64 (the bits of uint64 "
+                f"words); got {getattr(random_bits, 'dtype', type(random_bits).__name__)}"
+            )
+        if random_bits.shape != t.shape:
+            raise ValueError(
+                f"random_bits must have t's shape {tuple(t.shape)}; got "
+                f"{tuple(random_bits.shape)}"
+            )
+        return random_bits.to(t.device).contiguous().view(torch.int64).reshape(-1)
+    return stochastic_words(check_seed(seed), (t.numel(),), t.device)
+
+
+def quantize(
+    t: Any,
+    fmt: Any,
+    *,
+    rounding: RoundingMode | str = "nearest",
+    saturate: bool = False,
+    seed: int | None = None,
+    random_bits: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Round a tensor to the values of ``fmt``; the result keeps t's dtype, shape and device.
+
+    Formula: ``q = (-1)^s * n * 2^qe`` with ``qe = max(floor(log2|x|), emin) - m`` and n the
+    rounded significand; every mode and special case as :func:`normlab.precision.quantize`
+    (source: ``normlab/precision/rounding.py``, ``round_components``), bit for bit.
+
+    Parameters
+    ----------
+    t : Tensor of float32, float64, bfloat16 or float16, any shape and device
+    fmt : Format, format name or torch dtype (see :func:`normlab.torch.get_format`)
+    rounding : "nearest" | "stochastic" | "toward_zero" | "nearest_away" |
+        "toward_positive" | "toward_negative" or RoundingMode
+    saturate : bool
+        Overflow and infinities become +-max instead of inf/NaN.
+    seed : int in [0, 2^64), optional
+        Stochastic mode: element i of the flattened C-order tensor uses
+        ``splitmix64((seed + i) mod 2^64)``, as the NumPy side does, on every device.
+    random_bits : Tensor of int64 with t's shape, optional
+        Stochastic mode: explicit words (the bits of uint64 words; uint64 tensors are
+        accepted too). The stochastic mode needs exactly one of ``seed`` and
+        ``random_bits``; the deterministic modes ignore a single one; both is an error.
+
+    Returns
+    -------
+    Tensor of t's dtype, shape and device, detached (see :func:`quantize_ste` for autograd).
+
+    Raises
+    ------
+    TypeError
+        t not a tensor of a supported dtype; seed not an int; random_bits not int64.
+    ValueError
+        Unknown format or mode; stochastic without randomness, or with both sources;
+        seed outside [0, 2^64); random_bits of another shape.
+
+    Notes
+    -----
+    bfloat16/float16 inputs are rounded in float32 (exact widening) and cast back, which
+    is exact unless the format has values the input dtype lacks (then the cast rounds to
+    nearest even a second time).
+
+    Example
+    -------
+    >>> quantize(torch.tensor([1.0 + 2**-8]), "bf16")
+    tensor([1.])
+    """
+    t = _check_tensor(t)
+    fmt = get_format(fmt)
+    mode = _check_mode(rounding)
+    if not isinstance(saturate, bool):
+        raise TypeError(f"saturate must be a bool; got {saturate!r}")
+    words = _check_randomness(mode, seed, random_bits, t)
+    x = t.detach()
+    if x.dtype in _WIDENED:
+        return quantize(x.float(), fmt, rounding=mode, saturate=saturate,
+                        random_bits=None if words is None else words.reshape(t.shape),
+                        ).to(t.dtype)
+    if mode is RoundingMode.NEAREST and x.dtype == torch.float32 and fmt in _NATIVE:
+        if not torch.compiler.is_compiling():  # compiled: the fused bit path needs no checks
+            return _nearest_by_cast(x, fmt, saturate)
+    x = x.contiguous()
+    sign, n, qe, kind, _, s = _components(x, fmt, mode, words)
+    parts = _specials(fmt, mode, saturate, sign, n, qe, kind, (s > 0) | (kind != _FINITE))
+    return _assemble(*parts, x.dtype).reshape(t.shape)
