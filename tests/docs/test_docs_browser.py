@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from docs_build import build_site
 
 PAGES = ["index.html", "api/precision.html", "lab/xiong_init.html"]
 FLAGS = [
@@ -61,6 +62,11 @@ window.addEventListener("load", function () {
 });
 </script>"""
 
+
+
+@pytest.fixture(scope="module")
+def site() -> Path:
+    return build_site()
 
 def _chromium() -> str | None:
     for name in ("chromium", "chromium-browser", "google-chrome"):

@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 import pytest
+from docs_build import build_site
 
 import normlab
 from normlab.lab.exercises import exercise_text
@@ -30,6 +31,11 @@ EXTERNAL = re.compile(
     re.I,
 )
 
+
+
+@pytest.fixture(scope="module")
+def site() -> Path:
+    return build_site()
 
 def _text(page: str) -> str:
     return html.unescape(re.sub(r"<[^>]+>", "", page))
