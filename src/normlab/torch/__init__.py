@@ -43,3 +43,28 @@ __all__ = [
     "splitmix64",
     "stochastic_words",
 ]
+
+# --- training: QuantLinear, convert, recipes, AdamW (owner: torchtrain) ---
+from normlab.torch.convert import convert
+from normlab.torch.nn import QuantLinear
+from normlab.torch.optim import AdamW
+from normlab.torch.recipes import (
+    Bf16Recipe,
+    BlockwiseFp8Recipe,
+    Fp8CurrentRecipe,
+    Fp8DelayedRecipe,
+    MXRecipe,
+    NVFP4Recipe,
+)
+
+__all__ += [
+    "AdamW",
+    "Bf16Recipe",
+    "BlockwiseFp8Recipe",
+    "Fp8CurrentRecipe",
+    "Fp8DelayedRecipe",
+    "MXRecipe",
+    "NVFP4Recipe",
+    "QuantLinear",
+    "convert",
+]

@@ -27,6 +27,7 @@ EXPERIMENTS: dict[str, str] = {
     "xiong_gradients": "Gradient norm per layer at init, Post-LN vs Pre-LN (Xiong et al. Fig. 3)",
     "norm_speed": "RMSNorm vs LayerNorm forward + backward time on this CPU (Zhang & Sennrich)",
     "residual_depth": "Residual placements vs depth: model update (DeepNet), output change (Admin)",
+    "lowp_training": "FP8/MXFP8/NVFP4 training recipes vs bf16 in PyTorch (needs torch)",
 }
 
 

@@ -1,0 +1,118 @@
+"""The three GEMMs of a linear layer under a recipe, as one ``torch.autograd.Function``.
+
+Dimension letters: M rows (batch x tokens), K in_features, N out_features.
+
+    forward  y  = q(x)_K  q(W)_K^T   (M,N)
+    dgrad    dx = q(dy)_N q(W)_N     (M,K)
+    wgrad    dW = q(dy)_M^T q(x)_M   (N,K)
+
+``q(t)_A`` is ``t`` quantised with blocks along A, the GEMM's contraction dimension.
+Per-tensor recipes quantise x and W once in forward and dy once in backward (their values do
+not depend on the axis). Products are float32 matmuls of the dequantised operands: exact
+products, float32 accumulation. The bias and its gradient stay in float32.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from normlab.precision.formats import get_format
+from normlab.precision.random_bits import splitmix64
+from normlab.torch import _operands as ops
+from normlab.torch.recipes import (
+    Bf16Recipe,
+    BlockwiseFp8Recipe,
+    Fp8CurrentRecipe,
+    Fp8DelayedRecipe,
+    MXRecipe,
+    NVFP4Recipe,
+)
+
+__all__ = ["ROLES", "QuantLinearFunction", "quantize_operand", "stream_seed"]
+
+ROLES = ("x", "w", "dy")  # index of each operand in the delayed-scaling state
+_PER_TENSOR = (Bf16Recipe, Fp8DelayedRecipe, Fp8CurrentRecipe)
+
+
+def stream_seed(stream: int, counter: int, which: int) -> int:
+    """A 63-bit seed for one stochastic rounding: ``splitmix64(stream * 2^32 + 2 counter +
+    which) >> 1``, so distinct (layer, step, GEMM) streams start far apart."""
+    word = (int(stream) * 2**32 + 2 * int(counter) + int(which)) % 2**64
+    return int(splitmix64(np.array([word], np.uint64))[0]) >> 1
+
+
+def quantize_operand(layer: Any, t: torch.Tensor, role: str, axis: int,
+                     seed: int | None = None) -> torch.Tensor:
+    """Fake-quantise operand ``t`` (float32, 2-D) of ``layer`` for a GEMM contracting ``axis``.
+
+    ``role`` is ``"x"``, ``"w"`` or ``"dy"``; ``seed`` selects stochastic rounding (NVFP4
+    gradients). Delayed scaling reads the layer's current scale and records amax(t).
+    """
+    r = layer.recipe
+    grad_role = "backward" if role == "dy" else "forward"
+    if isinstance(r, Bf16Recipe):
+        return ops.round_elements(t, get_format(r.fmt), saturate=False)
+    if isinstance(r, Fp8DelayedRecipe):
+        return layer.delayed_quantize(t, ROLES.index(role))
+    if isinstance(r, Fp8CurrentRecipe):
+        return layer.current_quantize(t, ROLES.index(role))
+    if isinstance(r, MXRecipe):
+        return ops.mx_blocks(t, r.format_for(grad_role), axis, r.block_size)
+    if isinstance(r, NVFP4Recipe):
+        return ops.nvfp4(t, axis, two_d=(role == "w" and r.two_d_weights), seed=seed)
+    if isinstance(r, BlockwiseFp8Recipe):
+        k = r.block_size
+        block = (k, k) if role == "w" else (1, k)
+        return ops.block_scaled(t, r.format_for(grad_role), axis, block)
+    raise TypeError(f"unsupported recipe {r!r}")  # QuantLinear validated it
+
+
+class QuantLinearFunction(torch.autograd.Function):
+    """``y = x W^T + b`` with each GEMM's operands quantised by ``layer.recipe``."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                layer: Any) -> torch.Tensor:
+        x32, w32 = x.to(torch.float32), weight.to(torch.float32)  # M,K  N,K
+        qx = quantize_operand(layer, x32, "x", axis=1)  # M,K
+        qw = quantize_operand(layer, w32, "w", axis=1)  # N,K
+        y = qx @ qw.t()  # M,N
+        if bias is not None:
+            y = y + bias.to(torch.float32)
+        per_tensor = isinstance(layer.recipe, _PER_TENSOR)
+        ctx.save_for_backward(qx if per_tensor else x32, qw if per_tensor else w32)
+        ctx.per_tensor, ctx.layer, ctx.has_bias = per_tensor, layer, bias is not None
+        ctx.dtypes = (x.dtype, weight.dtype, None if bias is None else bias.dtype)
+        return y.to(x.dtype)
+
+    @staticmethod
+    def backward(ctx: Any, dy: torch.Tensor) -> tuple[Any, ...]:
+        a, b = ctx.saved_tensors  # (qx, qw) or (x, W)
+        layer, dy32 = ctx.layer, dy.to(torch.float32)  # M,N
+        if ctx.per_tensor:
+            qdy = quantize_operand(layer, dy32, "dy", axis=0)  # M,N
+            dx, dw = qdy @ b, qdy.t() @ a  # M,K  N,K
+        else:
+            dx, dw = _block_backward(layer, dy32, a, b)
+        db = dy32.sum(0) if ctx.has_bias else None  # N
+        xt, wt, bt = ctx.dtypes
+        return dx.to(xt), dw.to(wt), None if db is None else db.to(bt), None
+
+
+def _block_backward(layer: Any, dy: torch.Tensor, x: torch.Tensor,
+                    w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """dgrad and wgrad for block recipes (re-quantised along N, then along M)."""
+    r = layer.recipe
+    seeds: list[int | None] = [None, None]
+    if isinstance(r, NVFP4Recipe) and r.stochastic_gradients:
+        counter = layer.next_rounding_step()
+        seeds = [stream_seed(layer.seed, counter, k) for k in (0, 1)]
+    dx = quantize_operand(layer, dy, "dy", 1, seeds[0]) @ quantize_operand(layer, w, "w", 0)
+    if isinstance(r, NVFP4Recipe) and r.hadamard:
+        signs = layer.hadamard_signs  # 16
+        dy, x = ops.hadamard_rows(dy, signs), ops.hadamard_rows(x, signs)  # M',N  M',K
+    dw = quantize_operand(layer, dy, "dy", 0, seeds[1]).t() @ quantize_operand(layer, x, "x", 0)
+    return dx, dw

@@ -1,0 +1,94 @@
+"""The operand quantisers of QuantLinear against normlab's NumPy rounding and recipes.
+
+Every comparison is exact (tolerance 0): the fast paths must round exactly as
+``normlab.precision.quantize``, and the scaled operands must equal the dequantised NumPy
+recipes (``mx_quantize``, ``quantize_current_scaling``) bit for bit.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from normlab.precision import (  # noqa: E402
+    decode,
+    get_format,
+    mx_dequantize,
+    mx_quantize,
+    quantize,
+    quantize_current_scaling,
+)
+from normlab.torch import _operands as ops  # noqa: E402
+
+FAST = ["bf16", "fp16", "e4m3", "e5m2", "fp4"]
+
+
+def _inputs(fmt_name: str, rng: np.random.Generator) -> np.ndarray:
+    """Every float32 with a bf16 prefix (low half 0 / tie / below / above), every midpoint
+    between neighbouring values of the format and the floats either side, specials."""
+    top = np.arange(2**16, dtype=np.uint32) << np.uint32(16)
+    parts = [(top | low).view(np.float32) for low in (0, 0x8000, 0x7FFF, 0x8001)]
+    fmt = get_format(fmt_name)
+    codes = np.arange(2 ** fmt.bits, dtype=np.uint64)
+    values = np.unique(decode(codes, fmt).astype(np.float64))
+    values = values[np.isfinite(values)]
+    mids = ((values[1:] + values[:-1]) / 2).astype(np.float32)  # exact in float32
+    parts += [mids, np.nextafter(mids, np.float32(np.inf)), np.nextafter(mids, -np.inf),
+              rng.standard_normal(4096).astype(np.float32) * 10.0,
+              np.array([np.inf, -np.inf, np.nan, 0.0, -0.0], np.float32)]
+    return np.concatenate(parts)
+
+
+@pytest.mark.parametrize("saturate", [True, False])
+@pytest.mark.parametrize("fmt_name", FAST)
+def test_fast_rounding_is_quantize(fmt_name: str, saturate: bool, rng) -> None:
+    x = _inputs(fmt_name, rng)
+    fmt = get_format(fmt_name)
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = quantize(x, fmt, saturate=saturate)
+    got = ops.round_elements(torch.from_numpy(x), fmt, saturate=saturate).numpy()
+    np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize("elem", ["e4m3", "e5m2", "fp4"])
+@pytest.mark.parametrize("axis", [0, 1])
+def test_mx_blocks_equal_numpy_mx(elem: str, axis: int, rng) -> None:
+    x = (rng.standard_normal((64, 96)) * np.exp(rng.uniform(-8, 8, (64, 1)))).astype(np.float32)
+    x[3, :] = 0.0  # zero blocks
+    want = mx_dequantize(mx_quantize(x, elem, block_size=32, axis=axis))
+    got = ops.mx_blocks(torch.from_numpy(x), get_format(elem), axis, 32).numpy()
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("fmt_name", ["e4m3", "e5m2"])
+def test_per_tensor_equals_current_scaling(fmt_name: str, rng) -> None:
+    x = (rng.standard_normal((48, 40)) * 1e-3).astype(np.float32)
+    t = quantize_current_scaling(x, fmt_name, margin=1)
+    fmt = get_format(fmt_name)
+    scale = ops.scale_from_amax(torch.tensor(float(np.abs(x).max())), fmt.max, 1)
+    assert float(scale) == t.scale
+    got = ops.per_tensor(torch.from_numpy(x), fmt, scale).numpy()
+    np.testing.assert_array_equal(got, t.dequantize())
+
+
+def test_block_scaled_one_by_k_is_per_row_current_scaling(rng) -> None:
+    # a 1x16 tile with a float32 scale is current scaling of that tile (DeepSeek's rule)
+    x = rng.standard_normal((8, 32)).astype(np.float32) * np.float32(3.0)
+    got = ops.block_scaled(torch.from_numpy(x), get_format("e4m3"), 1, (1, 16)).numpy()
+    want = np.concatenate([quantize_current_scaling(x[r, c:c + 16], "e4m3").dequantize()
+                           for r in range(8) for c in (0, 16)]).reshape(8, 32)
+    np.testing.assert_allclose(got, want, rtol=0, atol=0)
+
+
+def test_hadamard_is_orthogonal_and_cancels_in_the_product(rng) -> None:
+    # (H dy)^T (H x) = dy^T x up to float32 rounding of the two extra products: rtol 1e-5
+    dy = torch.from_numpy(rng.standard_normal((40, 6)).astype(np.float32))
+    x = torch.from_numpy(rng.standard_normal((40, 5)).astype(np.float32))
+    signs = torch.from_numpy(rng.choice([-1.0, 1.0], 16).astype(np.float32))
+    hd, hx = ops.hadamard_rows(dy, signs), ops.hadamard_rows(x, signs)
+    assert hd.shape == (48, 6)  # M padded to a multiple of 16
+    torch.testing.assert_close(hd.t() @ hx, dy.t() @ x, rtol=1e-5, atol=1e-5)
+    eye = ops.hadamard_rows(torch.eye(16), signs)
+    torch.testing.assert_close(eye.t() @ eye, torch.eye(16), rtol=0, atol=1e-6)
