@@ -69,22 +69,21 @@ def test_detects_fp8_operands_left_scaled(monkeypatch: pytest.MonkeyPatch) -> No
     assert not outcome.result.checks[0].passed
 
 
-def test_without_torch_the_run_names_the_install_line() -> None:
+def test_without_torch_the_experiment_is_skipped_with_the_install_line() -> None:
     # a subprocess where "import torch" fails: the module still imports (the registry can
-    # list it) and run() raises ImportError carrying the install line
+    # list it), and the runner reports "skipped" with the install line, exit status 0
     code = (
         "import sys; sys.modules['torch'] = None\n"
-        "from normlab.lab.experiments import lowp_training as exp\n"
-        "from normlab.lab.result import NullProgress, Settings\n"
-        "try:\n"
-        "    exp.run(Settings('quick', 0), NullProgress())\n"
-        "except ImportError as e:\n"
-        "    print('ImportError:', e)\n"
+        "from normlab.lab.result import Settings\n"
+        "from normlab.lab.runner import exit_status, run_experiments\n"
+        "(o,) = run_experiments(['lowp_training'], Settings('quick', 0))\n"
+        "print(o.status, exit_status([o]), o.error, sep='|')\n"
     )
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": str(root / "src")}
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                           text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.startswith("ImportError:")
-    assert exp.TORCH_HINT in proc.stdout
+    status, code_, reason = proc.stdout.strip().split("|", 2)
+    assert (status, code_) == ("skipped", "0")
+    assert exp.TORCH_HINT in reason

@@ -37,7 +37,14 @@ from typing import Any
 
 import numpy as np
 
-from normlab.lab.result import Check, ExperimentResult, NullProgress, Progress, Settings
+from normlab.lab.result import (
+    Check,
+    ExperimentResult,
+    ExperimentSkipped,
+    NullProgress,
+    Progress,
+    Settings,
+)
 from normlab.lab.training import load_corpus, lr_at, sample_batch
 
 __all__ = ["CONFIGS", "DETECTS", "NAME", "TITLE", "TORCH_HINT", "run"]
@@ -58,7 +65,7 @@ def _not_reproduced(check: Check) -> Check:
     """Mark a paper claim whose failure means "not reproduced here", not a broken library
     (the lab's ``Check.if_false`` where the lab has it)."""
     if hasattr(Check, "if_false"):
-        check.if_false = "NOT REPRODUCED"  # type: ignore[attr-defined]
+        check.if_false = "NOT REPRODUCED"
     return check
 
 
@@ -252,10 +259,10 @@ def run(settings: Settings, progress: Progress, *, device: str | None = None) ->
     try:
         torch = importlib.import_module("torch")
     except ImportError as exc:
-        raise ImportError(f"lowp_training needs PyTorch; run: {TORCH_HINT}") from exc
+        raise ExperimentSkipped(f"lowp_training needs PyTorch: {TORCH_HINT}") from exc
     dev = device or default_device()
     sz, corpus = _sizes(settings, dev), load_corpus()
-    seeds = [settings.seed + k for k in range(sz["seeds"])]
+    seeds = [settings.seed * sz["seeds"] + k for k in range(sz["seeds"])]  # disjoint per seed
     progress.start(len(CONFIGS) * len(seeds) * sz["steps"], "low-precision recipes")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # small products: extra threads only wait on each other
