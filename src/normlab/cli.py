@@ -7,25 +7,51 @@ Subcommands::
     normlab list
     normlab formats
     normlab bits VALUE --format NAME [--rounding MODE] [--saturate]
+                                            (negative values after --: bits --format e5m2 -- -1e-3)
     normlab bench [ARGS...]
     normlab exercise 16.1|16.2|16.3|16.4
+    normlab --version
 
 Exit status: 0 on success; 1 when an experiment fails its criterion or raises; 2 for a
-usage error (unknown experiment, bad value, a missing optional dependency).
+usage error (unknown experiment, bad value, unusable ``--out``, a missing optional
+dependency), always found before any experiment runs and reported in one line; 130 when
+interrupted (Ctrl-C); 141 when stdout is a pipe that was closed early (nothing printed).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
-__all__ = ["build_parser", "main"]
+__all__ = ["UsageError", "build_parser", "main"]
 
 DEFAULT_OUT = "normlab-report"
 EXERCISES = ("16.1", "16.2", "16.3", "16.4")
+
+
+class UsageError(Exception):
+    """A mistake in the command line: printed as one line, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors that say what to do, raised instead of exiting."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see `{self.prog} --help`)")
+
+
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+    return value
 
 
 def _add_size(p: argparse.ArgumentParser) -> None:
@@ -37,19 +63,33 @@ def _add_size(p: argparse.ArgumentParser) -> None:
         "--full", dest="size", action="store_const", const="full", help="larger sizes (slow)"
     )
     p.set_defaults(size="default")
-    p.add_argument("--seed", type=int, default=0, help="seed of every experiment (default 0)")
+    p.add_argument("--seed", type=_seed, default=0, help="seed of every experiment (default 0)")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+
+
+def _version() -> str:
+    from normlab import __version__
+
+    return f"normlab {__version__}"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argparse parser of ``normlab`` (exposed for tests and documentation)."""
+    """The argparse parser of ``normlab`` (exposed for tests and documentation).
+
+    Its errors raise :class:`UsageError` (one line, what to do) instead of exiting;
+    ``--help`` and ``--version`` print and exit 0 as usual.
+    """
     from normlab.lab.experiments import EXPERIMENTS  # the registry only: no heavy import
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="normlab",
         description="normlab: normalization, residuals and precision, with a lab that "
         "reproduces the papers' claims.",
     )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    parser.add_argument("--version", action="version", version=_version())
+    sub = parser.add_subparsers(
+        dest="command", metavar="COMMAND", required=True, parser_class=_Parser
+    )
 
     rep = sub.add_parser("report", help="run the experiments and write the report")
     _add_size(rep)
@@ -60,13 +100,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME,...",
         help="comma-separated experiment names: " + ", ".join(EXPERIMENTS),
     )
-    rep.add_argument("--no-progress", action="store_true", help="hide the progress bars")
 
     run = sub.add_parser("run", help="run one experiment and write its report")
     run.add_argument("name", help="experiment name: " + ", ".join(EXPERIMENTS))
     _add_size(run)
     run.add_argument("--out", default=None, help=f"output folder (default ./{DEFAULT_OUT}/NAME/)")
-    run.add_argument("--no-progress", action="store_true", help="hide the progress bars")
 
     sub.add_parser("list", help="list the experiments in report order")
     sub.add_parser("formats", help="print the table of float formats")
@@ -81,6 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# --- formats and bits -----------------------------------------------------------------------
+
 _DETERMINISTIC = ("nearest", "nearest_away", "toward_zero", "toward_positive",
                   "toward_negative")
 _RECIPES = """Block-scaled recipes (normlab.precision):
@@ -94,7 +134,7 @@ _RECIPES = """Block-scaled recipes (normlab.precision):
 
 def _add_bits_parser(sub: Any) -> None:
     bits = sub.add_parser("bits", help="print the bit layout of a value in a format")
-    bits.add_argument("value", type=float, help="the value, e.g. 3.14 or -1e-3 or inf")
+    bits.add_argument("value", type=float, help="the value, e.g. 3.14 or inf (negative: after --)")
     bits.add_argument("--format", required=True, dest="fmt", help="format name, e.g. bf16, e4m3")
     bits.add_argument("--rounding", default="nearest", choices=_DETERMINISTIC,
                       help="rounding mode (default nearest, ties to even)")
@@ -119,15 +159,63 @@ def _bits(args: argparse.Namespace) -> int:
     return 0
 
 
-def _report(names: Sequence[str], size: str, seed: int, out: str, progress: bool) -> int:
+def _check_format(name: str) -> None:
+    """Raise UsageError for a format name get_format does not know (before any work)."""
+    from normlab.precision import get_format
+
+    try:
+        get_format(name)
+    except ValueError as exc:
+        raise UsageError(f"--format: {exc}") from None
+
+
+# --- report and run ---------------------------------------------------------------------------
+
+
+def _check_out(out: str) -> None:
+    """Raise UsageError unless ``out`` can become a report folder (before any work)."""
+    from normlab.lab.report import check_out_dir
+
+    try:
+        check_out_dir(out)
+    except ValueError as exc:
+        raise UsageError(f"--out: {exc}") from None
+
+
+def _selection(only: str | None) -> list[str]:
+    from normlab.lab.experiments import resolve
+
+    if only is not None and not only.replace(",", "").strip():
+        raise UsageError(
+            f"--only: no experiment name in {only!r}; give names such as "
+            "--only invariance,dropout_stats (see `normlab list`), or leave --only out to run all"
+        )
+    try:
+        return resolve(only)
+    except ValueError as exc:  # UnknownExperimentError
+        raise UsageError(str(exc)) from None
+
+
+def _report(names: Sequence[str], args: argparse.Namespace, out: str) -> int:
     from normlab.lab._deps import require
+
+    for module in ("matplotlib", "tqdm"):  # fail early, with the install hint
+        try:
+            require(module)
+        except ImportError as exc:
+            raise UsageError(str(exc)) from None
+    _check_out(out)
+
     from normlab.lab.report import run_report
     from normlab.lab.result import Settings
 
-    for module in ("matplotlib", "tqdm"):  # fail early, with the install hint
-        require(module)
-    settings = Settings(size=size, seed=seed)  # type: ignore[arg-type]
-    status, outcomes, files = run_report(names, settings, Path(out), show_progress=progress)
+    settings = Settings(size=args.size, seed=args.seed)
+    progress = not args.no_progress and sys.stderr.isatty()
+    try:
+        status, outcomes, files = run_report(names, settings, Path(out), show_progress=progress)
+    except KeyboardInterrupt:
+        print(f"normlab {args.command}: interrupted; {out} was not changed", file=sys.stderr)
+        return 130
     words = {"pass": "PASS", "fail": "FAIL", "error": "ERROR"}
     for o in outcomes:
         n_ok = sum(c.passed for c in o.result.checks) if o.result is not None else 0
@@ -143,22 +231,22 @@ def _report(names: Sequence[str], size: str, seed: int, out: str, progress: bool
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    from normlab.lab.experiments import EXPERIMENTS, resolve
-
     if args.command == "report":
-        names = resolve(args.only)
-        return _report(names, args.size, args.seed, args.out, not args.no_progress)
+        return _report(_selection(args.only), args, args.out)
     if args.command == "run":
-        (name,) = resolve([args.name])
+        (name,) = _selection(args.name)
         out = args.out if args.out is not None else str(Path(DEFAULT_OUT) / name)
-        return _report([name], args.size, args.seed, out, not args.no_progress)
+        return _report([name], args, out)
     if args.command == "list":
+        from normlab.lab.experiments import EXPERIMENTS
+
         for i, (name, text) in enumerate(EXPERIMENTS.items(), 1):
             print(f"{i}. {name:20s} {text}")
         return 0
     if args.command == "formats":
         return _formats()
     if args.command == "bits":
+        _check_format(args.fmt)
         return _bits(args)
     if args.command == "bench":
         import importlib
@@ -175,6 +263,27 @@ def _dispatch(args: argparse.Namespace) -> int:
     raise AssertionError(f"unhandled command {args.command!r}")  # argparse prevents this
 
 
+def _negative_value_hint(argv: Sequence[str]) -> str:
+    """A hint when a negative number was taken for an option (``bits -1e-3``)."""
+    for arg in argv:
+        if arg.startswith("-") and arg != "--":
+            try:
+                float(arg)
+            except ValueError:
+                continue
+            return f"; negative values go after --, e.g. normlab bits --format e5m2 -- {arg}"
+    return ""
+
+
+def _quiet_broken_pipe() -> int:
+    # the reader went away (`normlab formats | head -1`): say nothing, and keep Python's
+    # final flush of stdout from printing a traceback
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 141  # 128 + SIGPIPE, what a shell reports for a process killed by a closed pipe
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``normlab`` command; returns the exit status.
 
@@ -185,10 +294,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["bench"]:  # everything after "bench" belongs to normlab.bench, untouched
         argv = ["bench", "--", *argv[1:]]
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    command = argv[0] if argv and not argv[0].startswith("-") else None
+    where = f"normlab {command}" if command else "normlab"
     try:
-        return _dispatch(args)
-    except (ValueError, TypeError, ImportError) as exc:  # bad names/values, missing extras
-        print(f"normlab {args.command}: error: {exc}", file=sys.stderr)
+        try:
+            args = build_parser().parse_args(argv)
+        except UsageError as exc:
+            hint = _negative_value_hint(argv[1:]) if command == "bits" else ""
+            raise UsageError(f"{exc}{hint}") from None
+        rc = _dispatch(args)
+        sys.stdout.flush()
+        return rc
+    except UsageError as exc:  # only what the command line got wrong; never internal errors
+        print(f"{where}: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        return _quiet_broken_pipe()
+    except KeyboardInterrupt:
+        print(f"{where}: interrupted", file=sys.stderr)
+        return 130

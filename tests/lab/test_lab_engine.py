@@ -149,10 +149,16 @@ def test_metrics_json_is_strict_json_with_seeds_sizes_versions_and_times(tmp_pat
     assert good["metrics"] == {"value": 1.5, "nan": "nan"}
 
 
-def test_progress_bars_run_without_error(tmp_path, capsys):
+def test_progress_bars_run_without_error(tmp_path, capsys, monkeypatch):
+    import normlab.lab.progress as progress
+
+    monkeypatch.setattr(progress, "stderr_is_terminal", lambda: True)  # as on a terminal
     outcomes = run_experiments(["good"], Settings(), loader=FAKES.__getitem__, show_progress=True)
     assert outcomes[0].status == "pass"
     assert "normlab report" in capsys.readouterr().err
+    monkeypatch.setattr(progress, "stderr_is_terminal", lambda: False)  # a log file or a pipe
+    run_experiments(["good"], Settings(), loader=FAKES.__getitem__, show_progress=True)
+    assert capsys.readouterr().err == ""
 
 
 def test_jsonable_and_markdown_helpers():

@@ -1,6 +1,7 @@
 """Optional dependencies of the lab (matplotlib, tqdm), imported only here and in ``lab/``.
 
-The library itself never imports them; ``pip install "normlab[lab]"`` installs both.
+The library itself never imports them; the ``lab`` extra installs them (from a source
+tree: ``pip install ".[lab]"``; or by name: ``pip install matplotlib tqdm threadpoolctl``).
 """
 
 from __future__ import annotations
@@ -10,7 +11,10 @@ from types import ModuleType
 
 __all__ = ["LAB_EXTRA_HINT", "require"]
 
-LAB_EXTRA_HINT = 'pip install "normlab[lab]"'
+LAB_EXTRA_HINT = (
+    "pip install matplotlib tqdm threadpoolctl "
+    '(or, in normlab\'s source tree, pip install ".[lab]")'
+)
 
 
 def require(module: str) -> ModuleType:

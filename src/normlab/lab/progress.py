@@ -2,7 +2,8 @@
 
 :class:`TqdmProgress` implements the :class:`normlab.lab.result.Progress` protocol that
 experiments drive (``start(total, description)`` then ``advance(n)``); an experiment may call
-``start`` several times (one bar per phase). Bars go to stderr so stdout stays clean.
+``start`` several times (one bar per phase). Bars go to stderr so stdout stays clean, and
+only when stderr is a terminal: a log file or a pipe gets no carriage-return redraws.
 """
 
 from __future__ import annotations
@@ -12,7 +13,15 @@ from typing import Any
 
 from normlab.lab._deps import require
 
-__all__ = ["OverallProgress", "TqdmProgress"]
+__all__ = ["OverallProgress", "TqdmProgress", "stderr_is_terminal"]
+
+
+def stderr_is_terminal() -> bool:
+    """Whether stderr is a terminal (bars are drawn only there)."""
+    try:
+        return sys.stderr is not None and sys.stderr.isatty()
+    except (AttributeError, ValueError):  # replaced or closed stream
+        return False
 
 
 class TqdmProgress:
@@ -21,7 +30,7 @@ class TqdmProgress:
     def __init__(self, *, disable: bool = False) -> None:
         self._tqdm = require("tqdm").tqdm
         self._bar: Any = None
-        self._disable = disable
+        self._disable = disable or not stderr_is_terminal()
 
     def start(self, total: int, description: str) -> None:
         self.close()
@@ -56,7 +65,7 @@ class OverallProgress:
             unit="exp",
             position=0,
             file=sys.stderr,
-            disable=disable,
+            disable=disable or not stderr_is_terminal(),
             dynamic_ncols=True,
         )
 

@@ -4,6 +4,12 @@ Contract: :func:`write_report` renders whatever the outcomes hold (a figure that
 rendered turns its experiment into an error, the others are kept) and always writes all
 four kinds of file. :func:`run_report` is the engine behind ``normlab report`` and
 ``normlab run``: resolve, run with progress, write, and return the exit status.
+
+The write is all or nothing (:mod:`normlab.lab._swap`): files are rendered into a new
+hidden folder beside ``out_dir``, which then replaces ``out_dir`` in one rename, under a
+lock file beside it. A reader never sees a half-written or mixed report (two concurrent
+runs into one folder: the later swap wins, whole), figures of earlier runs disappear, and
+an interrupt (Ctrl-C) before the swap leaves the previous report untouched.
 """
 
 from __future__ import annotations
@@ -20,13 +26,21 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from normlab.lab._swap import check_out_dir, staged_folder
 from normlab.lab.experiments import load
 from normlab.lab.plotting import figure_png
 from normlab.lab.render import RenderedFigure, html_document, markdown_document
 from normlab.lab.result import Settings
 from normlab.lab.runner import Outcome, exit_status, run_experiments
 
-__all__ = ["ReportFiles", "jsonable", "run_report", "versions", "write_report"]
+__all__ = [
+    "ReportFiles",
+    "check_out_dir",
+    "jsonable",
+    "run_report",
+    "versions",
+    "write_report",
+]
 
 _PACKAGES = ("normlab", "numpy", "ml_dtypes", "numba", "matplotlib", "tqdm")
 
@@ -108,21 +122,43 @@ def _experiment_metrics(o: Outcome) -> dict[str, Any]:
 def write_report(
     outcomes: Sequence[Outcome], out_dir: str | Path, settings: Settings, *, total_s: float
 ) -> ReportFiles:
-    """Write report.md, report.html, figures/*.png and metrics.json into ``out_dir``.
+    """Write report.md, report.html, figures/*.png and metrics.json as the folder ``out_dir``.
 
     Parameters
     ----------
     outcomes : the experiments' outcomes, in report order (see :mod:`normlab.lab.runner`).
-    out_dir : folder to write into (created if needed; existing files are overwritten).
+    out_dir : the report folder: created, or replaced whole if it holds an earlier report
+        (sub-folders of ``normlab run NAME`` reports inside it are kept).
     settings : the size and seed the experiments ran with (written in the header).
     total_s : wall time of the whole run, in seconds.
 
     Returns
     -------
     ReportFiles
-        The paths written.
+        The paths written (inside ``out_dir``).
+
+    Raises
+    ------
+    ValueError
+        ``out_dir`` is a file, cannot be written, or holds files that are not a report
+        (see :func:`check_out_dir`); nothing is written then.
     """
     out = Path(out_dir)
+    check_out_dir(out)
+    with staged_folder(out) as stage:
+        files = _write_files(outcomes, stage, settings, total_s=total_s)
+    return ReportFiles(
+        out / files.markdown.name,
+        out / files.html.name,
+        out / files.metrics.name,
+        tuple(out / p.relative_to(stage) for p in files.figures),
+    )
+
+
+def _write_files(
+    outcomes: Sequence[Outcome], out: Path, settings: Settings, *, total_s: float
+) -> ReportFiles:
+    """Render every file of the report into the (new, empty) folder ``out``."""
     (out / "figures").mkdir(parents=True, exist_ok=True)
     figures = {o.name: _render_figures(o, out) for o in outcomes}
     for o in outcomes:  # figures are written; free matplotlib's memory
@@ -182,6 +218,7 @@ def run_report(
     >>> status, outcomes, files = run_report(["invariance"], Settings("quick"), "out")
     ... # doctest: +SKIP
     """
+    check_out_dir(out_dir)  # a bad folder is reported before any experiment runs
     start = time.perf_counter()
     outcomes = run_experiments(names, settings, loader=loader, show_progress=show_progress)
     files = write_report(outcomes, out_dir, settings, total_s=time.perf_counter() - start)

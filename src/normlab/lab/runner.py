@@ -90,6 +90,8 @@ def run_experiments(
     loader : maps a name to its module (tests pass fakes); default imports the registry's.
     show_progress : show tqdm bars (one per experiment, plus the overall line) on stderr.
 
+    Notes
+    -----
     An experiment without any check counts as a failure: a report must measure something.
     """
     if show_progress:

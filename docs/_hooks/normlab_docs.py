@@ -1,0 +1,300 @@
+"""Build hooks of the documentation site (mkdocs ``hooks:``), so generated pages stay true.
+
+* Math: ``pymdownx.arithmatex`` (generic mode) marks ``$...$`` and ``$$...$$``; after
+  markdown, each formula is rendered to MathML here with ``latex2mathml`` (pure Python), so
+  pages need no JavaScript, no font download and no internet.
+* The lab: one page per experiment of :data:`normlab.lab.experiments.EXPERIMENTS` (title,
+  what it checks, the breaks it ``DETECTS``, its figures under ``docs/figures/``, and its
+  module's docstring and public names through mkdocstrings), plus an index.
+* Exercises 16.1-16.4: the text ``normlab exercise 16.x`` prints, computed now.
+* API reference: one page per public module (``::: module`` directives, so every name in
+  each ``__all__`` appears without editing the page).
+* Conventions: the README's "Conventions" section, so the table lives in one place.
+* ``{{ bits VALUE FORMAT }}`` in a page becomes the ``bit_layout`` diagram, computed now.
+* Pages written by other parts of the project (``torch.md``, ``production.md``, the
+  checkpoint example) join the navigation when their files exist.
+"""
+
+from __future__ import annotations
+
+import html
+import importlib
+import importlib.util
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT / "src") not in sys.path:  # document the tree being built, not another install
+    sys.path.insert(0, str(ROOT / "src"))
+
+API_MODULES = {  # page -> (title, modules rendered on it)
+    "api/core.md": ("normlab (functional core)", ["normlab", "normlab.gradcheck"]),
+    "api/nn.md": ("normlab.nn", ["normlab.nn"]),
+    "api/optim.md": ("normlab.nn.optim", ["normlab.nn.optim"]),
+    "api/precision.md": ("normlab.precision", ["normlab.precision"]),
+    "api/torch.md": ("normlab.torch", ["normlab.torch"]),
+    "api/kernels.md": ("normlab.kernels", ["normlab.kernels", "normlab.bench"]),
+    "api/lab.md": (
+        "normlab.lab",
+        [
+            "normlab.lab.experiments",
+            "normlab.lab.result",
+            "normlab.lab.runner",
+            "normlab.lab.report",
+            "normlab.lab.render",
+            "normlab.lab.plotting",
+            "normlab.lab.progress",
+            "normlab.lab.training",
+            "normlab.lab.exercises",
+        ],
+    ),
+    "api/cli.md": ("normlab.cli (the command line)", ["normlab.cli"]),
+}
+
+OPTIONAL_PAGES = {  # nav title -> file under docs/, listed only when it exists
+    "normlab inside PyTorch": "torch.md",
+}
+
+
+def _exists(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ImportError:
+        return False
+
+
+def _public_modules() -> list[str]:
+    import pkgutil
+
+    import normlab
+
+    found = ["normlab"]
+    for info in pkgutil.walk_packages(normlab.__path__, "normlab."):
+        if not any(part.startswith("_") for part in info.name.split(".")):
+            found.append(info.name)
+    return found
+
+
+def _other_names() -> dict[str, list[str]]:
+    """Names in a module's ``__all__`` that no page above renders (helpers of submodules).
+
+    A name counts as rendered when a module shown on an API page (or an experiment's lab
+    page) that contains this module lists it in its own ``__all__`` and no submodule of that
+    module has the same name (griffe would show the submodule, e.g. ``normlab.torch.convert``).
+    """
+    shown = [m for _, modules in API_MODULES.values() for m in modules if _exists(m)]
+    shown += [f"normlab.lab.experiments.{name}" for name in _experiments()]
+    other: dict[str, list[str]] = {}
+    for name in _public_modules():
+        if name in shown:
+            continue
+        module = importlib.import_module(name)
+        covering = [  # a name that is also a submodule's name renders as the submodule
+            {
+                n
+                for n in getattr(importlib.import_module(m), "__all__", ())
+                if not _exists(f"{m}.{n}")
+            }
+            for m in shown
+            if name == m or name.startswith(m + ".")
+        ]
+        left = [n for n in getattr(module, "__all__", ()) if not any(n in c for c in covering)]
+        if left:
+            other[name] = left
+    return other
+
+
+def _api_pages() -> dict[str, tuple[str, list[str]]]:
+    pages = {
+        page: (title, [m for m in modules if _exists(m)])
+        for page, (title, modules) in API_MODULES.items()
+        if any(_exists(m) for m in modules)
+    }
+    if _other_names():
+        pages["api/other.md"] = ("Other public names", list(_other_names()))
+    return pages
+
+
+def _experiments() -> dict[str, str]:
+    from normlab.lab.experiments import EXPERIMENTS
+
+    return dict(EXPERIMENTS)
+
+
+def _expand_nav(nav: list[Any]) -> list[Any]:
+    """Replace the GENERATED placeholders of mkdocs.yml's nav and add the optional pages."""
+    out: list[Any] = []
+    for item in nav:
+        if not isinstance(item, dict):
+            out.append(item)
+            continue
+        (title, value), = item.items()
+        if value == "GENERATED:api":
+            value = [{t: page} for page, (t, _) in _api_pages().items()]
+        elif value == "GENERATED:lab":
+            value = [{"Overview": "lab/index.md"}]
+            value += [{name: f"lab/{name}.md"} for name in _experiments()]
+        elif value == "GENERATED:optional":
+            for optional_title, page in OPTIONAL_PAGES.items():
+                if (ROOT / "docs" / page).is_file():
+                    out.append({optional_title: page})
+            continue
+        elif isinstance(value, list):
+            value = _expand_nav(value)
+        if value:
+            out.append({title: value})
+    return out
+
+
+def on_config(config: Any) -> Any:
+    config["nav"] = _expand_nav(config["nav"])
+    how_to = next(v for i in config["nav"] for k, v in i.items() if k == "How-to guides")
+    if (ROOT / "examples" / "checkpoint_resume.py").is_file():
+        how_to.append({"Checkpoint and resume": "howto/checkpoint.md"})
+    return config
+
+
+# --- generated pages -----------------------------------------------------------------------
+
+
+def _api_page(title: str, modules: list[str]) -> str:
+    parts = [f"# {title}\n"]
+    other = _other_names() if title == "Other public names" else {}
+    if other:
+        parts.append(
+            "Helpers that submodules export but their packages do not re-export; import "
+            "them from the module named in each heading.\n"
+        )
+    for module in modules:
+        parts.append(f"::: {module}\n")
+        if module in other:
+            listed = ", ".join(other[module])
+            parts.append(f"    options:\n      members: [{listed}]\n")
+    return "\n".join(parts)
+
+
+def _rst_to_md(text: str) -> str:
+    return re.sub(r"``([^`]+)``", r"`\1`", text)
+
+
+def _lab_page(name: str, description: str) -> str:
+    module = importlib.import_module(f"normlab.lab.experiments.{name}")
+    title = getattr(module, "TITLE", description)
+    lines = [f"# {title}\n", f"*{description}*\n"]
+    lines.append(
+        f"Run it: `normlab run {name}` (or `--quick`, `--full`, `--seed N`); source: "
+        f"`src/normlab/lab/experiments/{name}.py`. The report puts each claim of the paper "
+        "beside the value measured here, with its pass criterion.\n"
+    )
+    detects = getattr(module, "DETECTS", None)
+    lines.append("## Breaks it detects\n")
+    if detects:
+        lines += [f"- {_rst_to_md(str(item))}" for item in detects] + [""]
+    else:
+        lines.append("This experiment does not declare its `DETECTS` yet.\n")
+    figures = sorted((ROOT / "docs" / "figures").glob(f"{name}-*.png"))
+    if figures:
+        lines.append("## Figures\n")
+        lines.append(
+            "From the default report (`normlab report`), as committed with this documentation.\n"
+        )
+        for fig in figures:
+            stem = fig.stem.removeprefix(f"{name}-").replace("_", " ")
+            lines.append(f"![{name}: {stem}](../figures/{fig.name})\n")
+    lines.append("## Claim, source and criterion\n")
+    lines.append(
+        f"::: normlab.lab.experiments.{name}\n"
+        "    options:\n      show_root_heading: false\n      heading_level: 3\n"
+    )
+    return "\n".join(lines)
+
+
+def _lab_index(experiments: dict[str, str]) -> str:
+    lines = [
+        "# The lab\n",
+        "Each experiment reproduces a claim of a paper the chapter cites and states the "
+        "claim, the measured value and the pass criterion side by side. `normlab report` runs "
+        "them all and writes `report.html`, `report.md`, `metrics.json` and the figures; "
+        "`normlab run NAME` runs one.\n",
+        "| # | experiment | what it checks |",
+        "|---|---|---|",
+    ]
+    for i, (name, text) in enumerate(experiments.items(), 1):
+        lines.append(f"| {i} | [`{name}`]({name}.md) | {text} |")
+    return "\n".join(lines) + "\n"
+
+
+def _exercises() -> str:
+    from normlab.lab.exercises import exercise_text
+
+    lines = [
+        "# Exercises 16.1-16.4\n",
+        "The chapter's exercises, solved with normlab. Each block below is what "
+        "`normlab exercise 16.x` prints; it was computed when this site was built, so the "
+        "numbers are the library's, not copied.\n",
+    ]
+    for number in ("16.1", "16.2", "16.3", "16.4"):
+        lines += [f"## Exercise {number}\n", "```console", f"$ normlab exercise {number}"]
+        lines += [exercise_text(number), "```", ""]
+    return "\n".join(lines)
+
+
+def _conventions() -> str:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    match = re.search(r"^## Conventions\n(.*?)(?=^## |\Z)", readme, re.M | re.S)
+    if match is None:
+        raise ValueError("README.md has no '## Conventions' section to show")
+    return "# Conventions\n\n" + match.group(1).strip() + "\n"
+
+
+def on_files(files: Any, config: Any) -> Any:
+    from mkdocs.structure.files import File
+
+    generated = {page: _api_page(t, m) for page, (t, m) in _api_pages().items()}
+    experiments = _experiments()
+    generated["lab/index.md"] = _lab_index(experiments)
+    for name, text in experiments.items():
+        generated[f"lab/{name}.md"] = _lab_page(name, text)
+    generated["exercises.md"] = _exercises()
+    generated["conventions.md"] = _conventions()
+    if (ROOT / "examples" / "checkpoint_resume.py").is_file():
+        generated["howto/checkpoint.md"] = (
+            "# Checkpoint and resume\n\nThe whole script (`examples/checkpoint_resume.py`, run "
+            "by the test suite):\n\n```python\n--8<-- \"examples/checkpoint_resume.py\"\n```\n"
+        )
+    for path, content in generated.items():
+        files.append(File.generated(config, path, content=content))
+    return files
+
+
+# --- markdown and html passes --------------------------------------------------------------
+
+_BITS = re.compile(r"\{\{ bits (\S+) (\S+) \}\}")
+
+
+def _bits(match: re.Match[str]) -> str:
+    from normlab.precision import bit_layout
+
+    value, fmt = match.group(1), match.group(2)
+    return f"```text\n$ normlab bits {value} --format {fmt}\n{bit_layout(float(value), fmt)}\n```"
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    return _BITS.sub(_bits, markdown)
+
+
+_INLINE = re.compile(r'<span class="arithmatex">\\\((.*?)\\\)</span>', re.S)
+_BLOCK = re.compile(r'<div class="arithmatex">\\\[(.*?)\\\]</div>', re.S)
+
+
+def _mathml(tex: str, display: str) -> str:
+    from latex2mathml.converter import convert
+
+    return convert(html.unescape(tex).strip(), display=display)
+
+
+def on_page_content(html_text: str, page: Any, config: Any, files: Any) -> str:
+    html_text = _BLOCK.sub(lambda m: _mathml(m.group(1), "block"), html_text)
+    return _INLINE.sub(lambda m: _mathml(m.group(1), "inline"), html_text)

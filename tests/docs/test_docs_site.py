@@ -1,0 +1,153 @@
+"""The documentation site: a strict build, offline pages, every public name, generated pages.
+
+The site is built once per session into a temporary folder with ``mkdocs build --strict``
+(any warning, broken cross-reference or missing page fails it). Needs the ``docs`` extra
+(part of the ``test`` extra).
+"""
+
+from __future__ import annotations
+
+import html
+import importlib
+import pkgutil
+import re
+from pathlib import Path
+
+import pytest
+from docs_build import build_site
+
+import normlab
+from normlab.lab.exercises import exercise_text
+from normlab.lab.experiments import EXPERIMENTS
+
+ROOT = Path(__file__).resolve().parents[2]
+
+EXTERNAL = re.compile(
+    r"""<script[^>]*\ssrc=["']?(?:https?:)?//"""
+    r"""|<link[^>]*\shref=["']?(?:https?:)?//"""
+    r"""|<(?:img|iframe|source|video|audio)[^>]*\ssrc=["']?(?:https?:)?//"""
+    r"""|@import\s+(?:url\()?["']?(?:https?:)?//"""
+    r"""|url\(["']?(?:https?:)?//""",
+    re.I,
+)
+
+
+
+@pytest.fixture(scope="module")
+def site() -> Path:
+    return build_site()
+
+def _text(page: str) -> str:
+    return html.unescape(re.sub(r"<[^>]+>", "", page))
+
+
+def _public_modules() -> list[str]:
+    names = ["normlab"]
+    for info in pkgutil.walk_packages(normlab.__path__, "normlab."):
+        if not any(part.startswith("_") for part in info.name.split(".")):
+            names.append(info.name)
+    return names
+
+
+def test_external_resource_pattern_catches_a_cdn():
+    assert EXTERNAL.search('<script src="https://cdn.example/katex.min.js"></script>')
+    assert EXTERNAL.search("<link rel=stylesheet href=//fonts.example/css>")
+    assert EXTERNAL.search("@import url('https://fonts.example/x.css');")
+    assert not EXTERNAL.search('<a href="https://arxiv.org/abs/1607.06450">paper</a>')
+    assert not EXTERNAL.search('<script src="assets/javascripts/bundle.js"></script>')
+
+
+def test_no_page_loads_anything_from_the_internet(site: Path):
+    offenders = []
+    for path in site.rglob("*"):
+        if path.suffix in {".html", ".css"}:
+            match = EXTERNAL.search(path.read_text(encoding="utf-8", errors="replace"))
+            if match:
+                offenders.append(f"{path.relative_to(site)}: {match.group(0)}")
+    assert not offenders, offenders
+
+
+def test_every_public_name_is_on_some_page(site: Path):
+    ids: set[str] = set()
+    for page in site.rglob("*.html"):
+        ids.update(re.findall(r'\sid="([^"]+)"', page.read_text(encoding="utf-8")))
+    missing = []
+    for module_name in _public_modules():
+        module = importlib.import_module(module_name)
+        for name in getattr(module, "__all__", ()):
+            if f"{module_name}.{name}" not in ids and not any(i.endswith(f".{name}") for i in ids):
+                missing.append(f"{module_name}.{name}")
+    assert not missing, missing
+
+
+def test_equations_are_mathml_and_link_to_their_functions(site: Path):
+    norm = (site / "concepts" / "normalization.html").read_text(encoding="utf-8")
+    residual = (site / "concepts" / "residuals.html").read_text(encoding="utf-8")
+    for number, anchor, page in [
+        ("16.1", "normlab.layer_norm_forward", norm),
+        ("16.2", "normlab.rms_norm_forward", norm),
+        ("16.3", "normlab.layer_norm_backward", norm),
+        ("16.4", "normlab.nn.Residual", residual),
+    ]:
+        assert f"<mtext>({number})</mtext>" in page, number
+        assert re.search(rf'href="[^"]*#{re.escape(anchor)}"', page), anchor
+    for page in site.rglob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        assert 'class="arithmatex"' not in text, f"unrendered math in {page}"
+
+
+def test_lab_pages_follow_the_registry(site: Path):
+    for name in EXPERIMENTS:
+        page = (site / "lab" / f"{name}.html").read_text(encoding="utf-8")
+        assert f"normlab run {name}" in _text(page)
+        for figure in sorted((ROOT / "docs" / "figures").glob(f"{name}-*.png")):
+            assert f'src="../figures/{figure.name}"' in page, figure.name
+            assert (site / "figures" / figure.name).is_file()
+        module = importlib.import_module(f"normlab.lab.experiments.{name}")
+        for item in getattr(module, "DETECTS", ()):
+            assert str(item).replace("``", "").split()[0] in _text(page), item
+    index = _text((site / "lab" / "index.html").read_text(encoding="utf-8"))
+    assert all(name in index for name in EXPERIMENTS)
+
+
+def test_exercise_page_shows_what_the_command_prints(site: Path):
+    text = _text((site / "exercises.html").read_text(encoding="utf-8"))
+    for number in ("16.1", "16.2", "16.3", "16.4"):
+        assert f"$ normlab exercise {number}" in text
+        for line in exercise_text(number).splitlines():
+            assert line.strip() in text, line
+
+
+def test_conventions_page_is_the_readme_table(site: Path):
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Conventions", 1)[1].split("\n## ", 1)[0]
+    rows = [r for r in section.splitlines() if r.startswith("| ") and "---" not in r]
+    assert rows
+    text = _text((site / "conventions.html").read_text(encoding="utf-8"))
+    for row in rows:
+        first_cell = row.split("|")[1].strip().replace("`", "")
+        assert first_cell in text, first_cell
+
+
+def test_nav_lists_every_page_and_the_generated_ones(site: Path):
+    nav = (site / "index.html").read_text(encoding="utf-8")
+    for page in ["getting-started.html", "exercises.html", "conventions.html", "api/core.html",
+                 "api/precision.html", "lab/index.html", "production.html"]:  # fmt: skip
+        assert f'href="{page}"' in nav, page
+    for optional in ("torch.md",):  # another part of the project writes these pages
+        if (ROOT / "docs" / optional).is_file():
+            assert f'href="{optional.replace(".md", ".html")}"' in nav, optional
+
+
+@pytest.mark.parametrize(
+    "page", sorted(str(p.relative_to(ROOT / "docs")) for p in (ROOT / "docs").rglob("*.md"))
+)
+def test_python_blocks_in_pages_run(page, tmp_path, monkeypatch):
+    # every ```python block of a page is a complete program; a fragment that needs context
+    # (``model = convert(model, ...)``) is fenced as ```py, which is highlighted the same
+    monkeypatch.chdir(tmp_path)
+    text = (ROOT / "docs" / page).read_text(encoding="utf-8")
+    for i, block in enumerate(re.findall(r"```python\n(.*?)```", text, re.S)):
+        if "--8<--" in block:  # an included example script: run by test_examples
+            continue
+        exec(compile(block, f"{page} block {i}", "exec"), {"__name__": "docs_block"})
