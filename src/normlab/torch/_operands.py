@@ -73,7 +73,7 @@ def mx_blocks(t: torch.Tensor, fmt: Format, axis: int, block_size: int = 32) -> 
     b, n = _blocked(t, axis, block_size)  # R,B,K
     amax = b.abs().amax(dim=-1, keepdim=True)  # R,B,1
     _, ex = torch.frexp(torch.where(amax > 0, amax, torch.ones_like(amax)))
-    emax_elem = int(np.frexp(fmt.max)[1]) - 1
+    emax_elem = fmt.emax  # floor(log2 fmt.max); a plain int, so torch.compile keeps one graph
     e = torch.where(amax > 0, ex - 1 - emax_elem, torch.full_like(ex, -127)).clamp(-127, 127)
     q = round_elements(torch.ldexp(b, -e), fmt, saturate=True)  # exact power-of-two divide
     return _unblocked(torch.ldexp(q, e), n, axis)
