@@ -42,3 +42,24 @@ FNUZ_FORMATS = [get_format(n) for n in ("e4m3fnuz", "e5m2fnuz", "e4m3b11fnuz")]
 def rng(request: pytest.FixtureRequest) -> np.random.Generator:
     """A Generator seeded from the test's name: reproducible, different per test."""
     return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
+
+
+class _QuickResults:
+    """``quick_results[name]``: a lab experiment's result at Settings("quick", 0), run once."""
+
+    def __init__(self) -> None:
+        self._done: dict[str, object] = {}
+
+    def __getitem__(self, name: str) -> object:
+        if name not in self._done:
+            from normlab.lab.experiments import load  # the lab only where a test asks for it
+            from normlab.lab.result import NullProgress, Settings
+
+            self._done[name] = load(name).run(Settings("quick", 0), NullProgress())
+        return self._done[name]
+
+
+@pytest.fixture(scope="session")
+def quick_results() -> _QuickResults:
+    """Each lab experiment run once per session at its quick size (tests/lab share them)."""
+    return _QuickResults()

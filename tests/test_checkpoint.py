@@ -305,3 +305,14 @@ def test_checkpoint_resume_example_runs() -> None:
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.rstrip().endswith("bit for bit")
+
+
+def test_import_normlab_reaches_the_checkpoint_module() -> None:
+    # the documented spelling after a plain `import normlab`; a fresh interpreter, since
+    # this file's own `from normlab import checkpoint` would set the attribute anyway
+    code = "import normlab; print(normlab.checkpoint.save.__module__)"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "normlab.checkpoint"

@@ -117,6 +117,13 @@ def test_bad_arguments(rng):
         gradcheck(lambda x: x, lambda d, c: (d,), (x,), rng=rng)
     with pytest.raises(ValueError, match="shape"):
         gradcheck(lambda x: (x, None), lambda d, c: (d[:1],), (x,), rng=rng)
+    # what backward returns is named, not left to a NumPy conversion error
+    with pytest.raises(TypeError, match=r"backward must return a tuple or list.*NoneType"):
+        gradcheck(lambda x: (x, None), lambda d, c: None, (x,), rng=rng)
+    with pytest.raises(TypeError, match="backward's gradient for input 0 must be a real"):
+        gradcheck(lambda x: (x, None), lambda d, c: ([[1.0], [2.0, 3.0]],), (x,), rng=rng)
+    with pytest.raises(TypeError, match="backward's gradient for input 0 must have a real"):
+        gradcheck(lambda x: (x, None), lambda d, c: (np.full((2, 3), "a"),), (x,), rng=rng)
     with pytest.raises(TypeError, match="input 1 must be a float array"):
         gradcheck(*args, rng=rng, wrt=[1])
     g = np.ones(3)

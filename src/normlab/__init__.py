@@ -1,7 +1,8 @@
 """normlab: normalization, residual streams, dropout and low-precision arithmetic.
 
 The functional core (``*_forward`` / ``*_backward`` pairs) is re-exported here; layers live
-in :mod:`normlab.nn`, float formats and mixed precision in :mod:`normlab.precision`.
+in :mod:`normlab.nn`, float formats and mixed precision in :mod:`normlab.precision`,
+checkpoint files in :mod:`normlab.checkpoint` (``normlab.checkpoint.save/load``).
 ``normlab.gradcheck`` is the finite-difference checker: the module
 :mod:`normlab.gradcheck` (``import normlab.gradcheck as m`` gives it, with ``m.gradcheck``
 and ``m.GradcheckError``), itself callable as its function, so ``normlab.gradcheck(...)``
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from normlab import checkpoint
 from normlab._backend import KernelFallbackWarning
 from normlab.dropout import inverted_dropout, inverted_dropout_backward
 from normlab.gradcheck import GradcheckError
@@ -55,6 +57,7 @@ __all__ = [
     "add_rms_norm_forward",
     "batch_norm_backward",
     "batch_norm_forward",
+    "checkpoint",
     "gradcheck",
     "group_norm_backward",
     "group_norm_forward",

@@ -55,7 +55,7 @@ _STATE: dict[str, Any] = {"loaded": False, "available": False, "cache_moved": Fa
 _DISABLED: set[str] = set()  # ops whose kernel failed for good in this process
 _WARNED: set[tuple[str, str]] = set()
 _LOCK = threading.RLock()
-_OVERRIDE: list[str] = []
+_OVERRIDE = threading.local()  # .stack: this thread's use_backend choices, innermost last
 _BACKENDS = ("numba", "numpy")
 _CORRUPT = (pickle.UnpicklingError, EOFError, ValueError, AttributeError, ImportError)
 
@@ -76,8 +76,9 @@ def register(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
 
 def backend() -> str:
     """The backend in force: ``"numba"`` or ``"numpy"``."""
-    if _OVERRIDE:
-        return _OVERRIDE[-1]
+    stack = getattr(_OVERRIDE, "stack", None)
+    if stack:
+        return str(stack[-1])
     value = os.environ.get("NORMLAB_BACKEND", "numba").strip().lower() or "numba"
     if value not in _BACKENDS:
         raise ValueError(f"NORMLAB_BACKEND must be one of {_BACKENDS}; got {value!r}")
@@ -86,14 +87,17 @@ def backend() -> str:
 
 @contextmanager
 def use_backend(name: str) -> Iterator[None]:
-    """Temporarily select a backend (tests and benchmarks compare the two this way)."""
+    """Temporarily select a backend in this thread (tests and benchmarks compare the two
+    this way); other threads keep theirs."""
     if name not in _BACKENDS:
         raise ValueError(f"backend must be one of {_BACKENDS}; got {name!r}")
-    _OVERRIDE.append(name)
+    if not hasattr(_OVERRIDE, "stack"):
+        _OVERRIDE.stack = []
+    _OVERRIDE.stack.append(name)
     try:
         yield
     finally:
-        _OVERRIDE.pop()
+        _OVERRIDE.stack.pop()
 
 
 def _warn_once(cause: BaseException, action: str) -> None:
@@ -138,18 +142,57 @@ def _forget_kernels() -> None:
 
 
 def _heal_cache() -> None:
-    """Delete the kernels' numba cache files (index and data) wherever they can be found."""
-    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels", "__pycache__")
-    folders = [here]
-    if os.environ.get("NUMBA_CACHE_DIR"):
-        folders.append(os.environ["NUMBA_CACHE_DIR"])
-    for folder in folders:
-        for pattern in ("**/*.nbi", "**/*.nbc"):
-            for path in glob.glob(os.path.join(folder, pattern), recursive=True):
-                try:
-                    os.remove(path)
-                except OSError:
-                    pass
+    """Delete the kernels' numba cache files (index and data) wherever they can be found.
+
+    Only normlab's own files: beside the package, every ``.nbi`` / ``.nbc``; under
+    ``NUMBA_CACHE_DIR`` (which other projects' numba caches may share) only the files of
+    normlab's kernel modules, in numba's per-source-folder ``kernels_<hash>`` folders.
+    """
+    kernels = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
+    stems = [os.path.splitext(os.path.basename(f))[0]
+             for f in glob.glob(os.path.join(kernels, "*.py"))]
+    paths = [p for pattern in ("*.nbi", "*.nbc")
+             for p in glob.glob(os.path.join(kernels, "__pycache__", pattern))]
+    user = os.environ.get("NUMBA_CACHE_DIR")
+    if user:
+        for stem in stems:
+            for ext in ("nbi", "nbc"):
+                paths += glob.glob(os.path.join(user, "kernels_*", f"{stem}.*.{ext}"))
+    for path in paths:
+        try:
+            os.remove(path)
+        except OSError:
+            pass
+
+
+def _held_elsewhere(lock: Any) -> bool:
+    """True when another thread holds ``lock`` (an RLock its owner may re-enter)."""
+    if lock.acquire(blocking=False):
+        lock.release()
+        return False
+    return True
+
+
+def _after_fork_in_child() -> None:
+    """A child forked while another thread was loading or compiling a kernel uses references.
+
+    That thread does not exist in the child, yet the locks it held (this module's while the
+    kernels are imported, numba's compiler lock while a kernel compiles or loads from the
+    cache) stay held there for ever: any kernel load or compile in the child would wait on
+    them. Such a child never touches the kernels. A child forked while other threads only
+    run compiled kernels keeps them (serially, see :mod:`normlab.kernels._adapt`), so its
+    results are the parent's, bit for bit.
+    """
+    global _LOCK
+    compiler = sys.modules.get("numba.core.compiler_lock")
+    stuck = _held_elsewhere(_LOCK) or (
+        compiler is not None and _held_elsewhere(compiler.global_compiler_lock._lock))
+    if stuck:
+        _LOCK = threading.RLock()
+        _STATE["loaded"], _STATE["available"] = True, False
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _import_kernels() -> None:
@@ -157,6 +200,8 @@ def _import_kernels() -> None:
 
 
 def _load() -> bool:
+    if _STATE["loaded"]:
+        return bool(_STATE["available"])
     with _LOCK:
         if _STATE["loaded"]:
             return bool(_STATE["available"])

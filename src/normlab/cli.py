@@ -132,7 +132,8 @@ def _report(names: Sequence[str], size: str, seed: int, out: str, progress: bool
     for o in outcomes:
         n_ok = sum(c.passed for c in o.result.checks) if o.result is not None else 0
         n_all = len(o.result.checks) if o.result is not None else 0
-        print(f"{words[o.status]:5s}  {o.name:20s} {n_ok}/{n_all} checks  {o.elapsed_s:6.1f} s")
+        word = words.get(o.status, o.status.upper())  # "not reproduced" too
+        print(f"{word:5s}  {o.name:20s} {n_ok}/{n_all} checks  {o.elapsed_s:6.1f} s")
         if o.status == "error" and o.error:
             last = o.error.strip().splitlines()[-1]
             print(f"       {last}")

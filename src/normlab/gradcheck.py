@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from normlab._validate import (
+    as_float_array,
     check_generator,
     check_int,
     check_nonneg,
@@ -114,12 +115,19 @@ class _Harness:
         return (plus - minus) / (2.0 * h)
 
 
+def _grads_of(result: Any) -> list[Any]:
+    if not isinstance(result, (tuple, list)):
+        raise TypeError("backward must return a tuple or list with one gradient (or None) per "
+                        f"input; got {type(result).__name__} {result!r:.80}")
+    return list(result)
+
+
 def _check_input(work: list[Any], i: int, grad: Any) -> np.ndarray:
     if not isinstance(work[i], np.ndarray) or work[i].dtype != np.float64:
         raise TypeError(f"wrt: input {i} must be a float array; got {type(work[i]).__name__}")
     if grad is None:
         raise ValueError(f"wrt: backward returned no gradient (None) for input {i}")
-    g = np.asarray(grad, dtype=np.float64)
+    g = as_float_array(grad, f"backward's gradient for input {i}").astype(np.float64)
     if g.shape != work[i].shape:
         raise ValueError(f"backward's gradient for input {i} has shape {g.shape}; "
                          f"the input has shape {work[i].shape}")
@@ -192,7 +200,7 @@ def gradcheck(
     try:
         outs, cache = harness.run()
         harness.douts = [None if o is None else rng.standard_normal(np.shape(o)) for o in outs]
-        grads = list(backward(*harness.douts, cache))
+        grads = _grads_of(backward(*harness.douts, cache))
         grads += [None] * (len(harness.work) - len(grads))
         if wrt is None:
             wrt = [i for i, g in enumerate(grads[: len(harness.work)]) if g is not None]

@@ -98,3 +98,44 @@ def test_nan_and_inf_rows_stay_in_their_row_without_warnings(backend):
     assert np.isnan(gn[0, 0]).all() and np.isfinite(gn[0, 1:]).all()
     assert np.isnan(gn[1, 2]).all() and np.isfinite(gn[1, :2]).all()
     assert np.isnan(ln[0, 0]).all() and np.isfinite(ln[0, 1:]).all()
+
+
+def test_use_backend_applies_to_its_own_thread_only(monkeypatch):
+    # a thread comparing against the references must not switch other threads' kernels
+    import threading
+
+    monkeypatch.delenv("NORMLAB_BACKEND", raising=False)
+    inside, done = threading.Event(), threading.Event()
+    seen: list[str] = []
+
+    def compare():
+        with use_backend("numpy"):
+            seen.append(_backend.backend())
+            inside.set()
+            done.wait(10)
+
+    t = threading.Thread(target=compare)
+    t.start()
+    assert inside.wait(10)
+    try:
+        here = _backend.backend()
+    finally:
+        done.set()
+        t.join(10)
+    assert (seen, here, _backend.backend()) == (["numpy"], "numba", "numba")
+
+
+def test_healing_deletes_only_normlab_files_from_a_shared_numba_cache(tmp_path, monkeypatch):
+    # NUMBA_CACHE_DIR may hold other projects' kernels: a corrupted normlab cache must not
+    # cost them theirs
+    ours = tmp_path / "kernels_0123abcd" / "row_norms_jit.layer_norm_fwd-40.py311.nbi"
+    theirs = [tmp_path / "models_4567ef" / "train.step-12.py311.nbi",
+              tmp_path / "models_4567ef" / "train.step-12.py311.1.nbc",
+              tmp_path / "kernels_89ab" / "my_op.f-3.py311.nbi"]
+    for path in [ours, *theirs]:
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(b"x")
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    _backend._heal_cache()
+    assert not ours.exists()
+    assert all(p.exists() for p in theirs)

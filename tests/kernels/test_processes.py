@@ -188,6 +188,8 @@ def test_read_only_install_without_a_writable_home_warns_once_and_computes():
     category, message = got["warnings"][0]
     assert category == "KernelFallbackWarning"
     assert "cannot cache" in message and "NUMBA_CACHE_DIR" in message
+    # the kernels recovered through a temporary cache, not by falling back to the references
+    assert "temporary folder" in message
 
 
 def test_a_truncated_cache_file_heals_itself():
@@ -210,3 +212,71 @@ def test_a_truncated_cache_file_heals_itself():
     assert [w[0] for w in second["warnings"]] == ["KernelFallbackWarning"]
     assert "Deleted the kernels' cache files" in second["warnings"][0][1]
     assert third["warnings"] == [] and third["digest"] == first["digest"]  # healed
+
+
+def test_a_child_forked_while_another_thread_is_in_a_kernel_does_not_hang():
+    # A thread loading the kernels (the first call) or compiling one (a new dtype holds
+    # numba's compiler lock) when another thread forks: the child must still compute (it
+    # falls back to the references). Threads that only run compiled kernels while another
+    # forks: the child keeps the kernels and computes the parent's bits.
+    got = _run("""
+        import json, os, threading, time
+        from numba.core.compiler_lock import global_compiler_lock
+        from normlab import _backend
+        x = np.random.default_rng(0).standard_normal((8, 64))
+        with _backend.use_backend("numpy"):
+            want = nl.layer_norm_forward(x, None, None)[0]
+        def child_status():
+            pid = os.fork()
+            if pid == 0:
+                for dt in (np.float32, np.float64):
+                    got = nl.layer_norm_forward(x.astype(dt), None, None)[0]
+                    if not np.allclose(got, want, rtol=1e-5, atol=1e-5):
+                        os._exit(3)
+                os._exit(0)
+            for _ in range(200):  # 20 s
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    return os.waitstatus_to_exitcode(status)
+                time.sleep(0.1)
+            os.kill(pid, 9); os.waitpid(pid, 0)
+            return "hung"
+        inside = threading.Event()
+        real_import = _backend._import_kernels
+        def slow_import():
+            inside.set(); time.sleep(1.0); real_import()
+        _backend._import_kernels = slow_import
+        t = threading.Thread(target=nl.layer_norm_forward, args=(x[:, :8].astype(np.float32),
+                                                                 None, None))
+        t.start(); inside.wait(); loading = child_status(); t.join()
+        _backend._import_kernels = real_import
+        inside.clear()
+        real = _backend._REGISTRY["layer_norm_forward"]
+        def compiling(*args):
+            with global_compiler_lock:  # what a first call with a new dtype holds
+                inside.set(); time.sleep(1.0)
+            return real(*args)
+        _backend._REGISTRY["layer_norm_forward"] = compiling
+        t = threading.Thread(target=nl.layer_norm_forward, args=(x[:2].astype(np.float32),
+                                                                 None, None))
+        t.start(); inside.wait(); calling = child_status(); t.join()
+        _backend._REGISTRY["layer_norm_forward"] = real
+        # threads only running compiled kernels: a child keeps the kernels, bit for bit
+        want = digest(every_op())
+        stop = threading.Event()
+        def loop():
+            while not stop.is_set():
+                every_op()
+        threads = [threading.Thread(target=loop) for _ in range(2)]
+        for t in threads: t.start()
+        running = []
+        for _ in range(3):
+            pid = os.fork()
+            if pid == 0:
+                os._exit(0 if digest(every_op()) == want else 3)
+            running.append(os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+        stop.set()
+        for t in threads: t.join()
+        print(json.dumps({"loading": loading, "calling": calling, "running": running}))
+    """, timeout=120)
+    assert got == {"loading": 0, "calling": 0, "running": [0, 0, 0]}

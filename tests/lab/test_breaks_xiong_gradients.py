@@ -21,3 +21,5 @@ def test_pre_post_swapped_fails(monkeypatch):
     assert outcome.status == "fail", outcome.error
     # the Post-LN check, which passes unbroken (test_exp_xiong_gradients.py), now fails
     assert not outcome.result.checks[0].passed
+    # and the contrast guard, the FAIL-type check, is what turns the status to FAIL
+    assert not outcome.result.checks[2].passed

@@ -7,7 +7,6 @@ import pytest
 
 from normlab._backend import use_backend
 from normlab.lab.experiments import batch_vs_layer as exp
-from normlab.lab.result import NullProgress, Settings
 
 
 @pytest.fixture(autouse=True)
@@ -17,11 +16,25 @@ def _reference_backend():
         yield
 
 
-def test_quick_run_passes_every_check():
-    result = exp.run(Settings("quick", 0), NullProgress())
-    assert result.passed and len(result.checks) == 3
+def test_quick_run_passes_every_check(quick_results):
+    result = quick_results[exp.NAME]
+    assert result.passed and len(result.checks) == 5
     gaps = result.metrics["train_eval_gap"]
     assert list(gaps) == [str(b) for b in exp.BATCH_SIZES]
+    assert set(result.figures) == {"outputs", "ioffe_fig1"}
+
+
+def test_figure1_percentiles_and_drift_recomputed(quick_results):
+    # the MLP's recorded percentiles are ordered, and the drift criterion recomputed by hand:
+    # max over checkpoints t >= 1 of |median_t - median_1| / (p85_t - p15_t)
+    mlp = quick_results[exp.NAME].metrics["mlp"]
+    for key in ("plain", "bn"):
+        p = np.array(mlp[key]["percentiles"])
+        assert np.all(p[:, 0] <= p[:, 1]) and np.all(p[:, 1] <= p[:, 2])
+        by_hand = max(abs(p[t, 1] - p[1, 1]) / (p[t, 2] - p[t, 0]) for t in range(1, len(p)))
+        assert exp.median_drift(p) == pytest.approx(by_hand, rel=1e-12)
+    # with BatchNorm the unit's input is a normalised value: its median near 0 at step 0
+    assert abs(mlp["bn"]["percentiles"][0][1]) < 0.2
 
 
 def test_composition_numbers_match_a_direct_computation():

@@ -6,16 +6,18 @@ import numpy as np
 import pytest
 
 from normlab.lab.experiments import loss_scaling as exp
-from normlab.lab.result import NullProgress, Settings
+from normlab.lab.result import Settings
 
 
 @pytest.fixture(scope="module")
-def quick():
-    return exp.run(Settings("quick", 0), NullProgress())
+def quick(quick_results):
+    return quick_results[exp.NAME]
 
 
-def test_quick_run_passes_every_check(quick):
-    assert quick.passed and len(quick.checks) == 4
+def test_quick_run_has_no_failed_criterion(quick):
+    # the "falls behind" claim may honestly be NOT REPRODUCED; every criterion of the lab holds
+    assert len(quick.checks) == 4 and quick.verdict in ("PASS", "NOT REPRODUCED")
+    assert [c.verdict for c in quick.checks if not c.passed] in ([], ["NOT REPRODUCED"])
     assert set(quick.figures) == {
         "histogram", "flushed", "training"
     }
@@ -35,9 +37,9 @@ def test_flushed_and_overflow_fractions_by_direct_count(quick):
             overflow.append(np.count_nonzero(np.isinf(h)) / nz.size)
     assert quick.metrics["flushed_fraction"] == pytest.approx(flushed, rel=0, abs=0)
     assert quick.metrics["overflow_fraction"] == pytest.approx(overflow, rel=0, abs=0)
-    # the paper's picture: most values below fp16's smallest subnormal without scaling,
-    # and values that no longer fit once S is large
-    assert flushed[0] > 0.9 and overflow[-1] > 0
+    # the paper's picture: part of the values below fp16's smallest subnormal without
+    # scaling (not all: no factor forces them there), and values that overflow once S is large
+    assert 0.05 < flushed[0] < 0.95 and overflow[0] == 0 and overflow[-1] > 0
 
 
 def test_flushed_values_are_those_below_half_the_smallest_subnormal():
@@ -51,10 +53,10 @@ def test_flushed_values_are_those_below_half_the_smallest_subnormal():
 
 
 def test_scale_trace_follows_the_dynamic_rules(quick):
-    # GradScaler's rules: start at 2^40, each update halves (overflow), doubles (after 50
-    # clean steps) or keeps the scale; exact powers of two throughout
+    # GradScaler's rules: start at INIT_SCALE, each update halves (overflow), doubles (after
+    # 50 clean steps) or keeps the scale; exact powers of two throughout
     trace = np.array(quick.metrics["scale_trace"])
-    assert trace[0] == 2.0**40
+    assert trace[0] == exp.INIT_SCALE
     steps = trace[1:] / trace[:-1]
     assert set(np.unique(steps)) <= {0.5, 1.0, 2.0}
     # every skipped step halves the next scale (the last step's backoff is not in the trace)
@@ -63,11 +65,12 @@ def test_scale_trace_follows_the_dynamic_rules(quick):
     assert np.all(np.log2(trace) == np.round(np.log2(trace)))
 
 
-def test_unscaled_fp16_is_exactly_stalled_and_scaled_fp16_tracks_fp32(quick):
-    # the raw numbers behind checks 3 and 4: the unscaled fp16 run never moves (every
-    # gradient flushed), and the scaled run ends within 5% of fp32 (the check's tolerance)
-    final = quick.metrics["final_loss"]
-    fp16_values = quick.checks[2].values
-    assert fp16_values["fraction_of_fp32_drop"] == 0.0
-    assert abs(final["fp16+scaler"] - final["fp32"]) <= 0.05 * final["fp32"]
-    assert final["fp16"] > 5 * final["fp32"]
+def test_applied_fraction_is_the_share_of_steps_without_a_backoff(quick):
+    # the criterion's "applied" recomputed from the trace: a skipped step is an overflow,
+    # which halves the next scale (only the last step's backoff is not in the trace)
+    trace = np.array(quick.metrics["scale_trace"])
+    halvings = int(np.count_nonzero(trace[1:] / trace[:-1] == 0.5))
+    steps = trace.size
+    applied = quick.metrics["applied_fraction"]
+    assert round((1 - applied) * steps) in (halvings, halvings + 1)
+    assert applied >= 0.9

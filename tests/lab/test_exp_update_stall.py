@@ -7,12 +7,11 @@ import numpy as np
 import pytest
 
 from normlab.lab.experiments import update_stall as exp
-from normlab.lab.result import NullProgress, Settings
 
 
 @pytest.fixture(scope="module")
-def quick():
-    return exp.run(Settings("quick", 0), NullProgress())
+def quick(quick_results):
+    return quick_results[exp.NAME]
 
 
 def test_quick_run_passes_every_check(quick):

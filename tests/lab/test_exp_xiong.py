@@ -9,7 +9,6 @@ import pytest
 
 from normlab._backend import use_backend
 from normlab.lab.experiments import xiong_init as exp
-from normlab.lab.result import NullProgress, Settings
 
 
 @pytest.fixture(autouse=True)
@@ -18,8 +17,8 @@ def _reference_backend():
         yield
 
 
-def test_quick_run_passes_every_check():
-    result = exp.run(Settings("quick", 0), NullProgress())
+def test_quick_run_passes_every_check(quick_results):
+    result = quick_results[exp.NAME]
     assert [c.passed for c in result.checks] == [True] * 4
     assert set(result.figures) == {"lemma2", "theorem1"}
     # the per-token decomposition describes the very gradient the library's backward gives

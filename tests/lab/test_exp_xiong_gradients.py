@@ -18,9 +18,13 @@ def _reference_backend():
         yield
 
 
-def test_quick_run_reports_both_checks_and_a_table_row_per_layer():
+def test_quick_run_reports_the_checks_and_a_table_row_per_layer():
     result = exp.run(Settings("quick", 0), NullProgress())
-    assert [c.claim.split(":")[0] for c in result.checks] == ["Post-LN", "Pre-LN"]
+    assert [c.claim.split(":")[0] for c in result.checks] == [
+        "Post-LN", "Pre-LN", "Post-LN's gradients lean further toward the top layers than Pre-LN's"]
+    # G1/G2 are paper claims (NOT REPRODUCED when they miss); G3 is the guard that FAILs
+    assert [c.if_false for c in result.checks] == ["NOT REPRODUCED", "NOT REPRODUCED", "FAIL"]
+    assert result.checks[2].passed
     assert result.tables[0].count("\n") == 12 + 1  # header, rule, 12 layers
     # Post-LN's growth toward the top holds at the quick size for seed 0 (ratio 2.4, rank
     # correlation 0.97); the fault-injection test relies on it

@@ -122,15 +122,17 @@ def test_html_is_self_contained_and_escapes_experiment_text(tmp_path):
     _, _, files = run_report(["good", "bad"], Settings(), tmp_path, loader=FAKES.__getitem__)
     page = files.html.read_text()
     assert page.startswith("<!DOCTYPE html>") and "<style>" in page
-    # no external resource of any kind: every src is an embedded PNG
-    assert not re.search(r"(href|src)\s*=\s*[\"'](?!data:)", page)
+    # no external resource of any kind: every src is an embedded PNG, every link in-page
+    assert not re.search(r"src\s*=\s*[\"'](?!data:)", page)
+    assert not re.search(r"href\s*=\s*[\"'](?!#)", page)
+    assert '<a href="#good">' in page and '<a id="good"></a>' in page
     assert "<link" not in page and "<script" not in page
     sources = re.findall(r'src="data:image/png;base64,([^"]+)"', page)
     assert len(sources) == 2
     assert all(base64.b64decode(s).startswith(PNG_MAGIC) for s in sources)
     assert "<b>tag</b>" not in page and "&lt;b&gt;tag&lt;/b&gt;" in page
     assert '<span class="pass">PASS</span>' in page and '<span class="fail">FAIL</span>' in page
-    assert "<table>" in page
+    assert "<table>" in page and 'name="viewport"' in page
 
 
 def test_metrics_json_is_strict_json_with_seeds_sizes_versions_and_times(tmp_path):
@@ -168,3 +170,40 @@ def test_null_progress_is_a_progress():
     p = NullProgress()
     p.start(3, "x")
     p.advance(2)
+
+
+def test_traceback_is_folded_and_reproduce_lines_carry_the_flags(tmp_path):
+    _, _, files = run_report(["boom", "good"], Settings("quick", 2), tmp_path,
+                             loader=FAKES.__getitem__)
+    md = files.markdown.read_text()
+    assert "`normlab report --quick --seed 2`" in md
+    assert "`normlab run good --quick --seed 2`" in md
+    # the traceback sits inside <details>, its last line as the summary
+    folded = md.split("<details>", 1)[1].split("</details>", 1)[0]
+    assert "<summary>RuntimeError: boom inside the fake experiment (traceback)</summary>" in folded
+    assert "Traceback (most recent call last)" in folded
+    page = files.html.read_text()
+    assert "<details>\n<summary>RuntimeError: boom inside the fake experiment" in page
+    assert re.search(r"<details>.*Traceback.*</details>", page, flags=re.S)
+    # the summary table links each row to its section
+    assert "[Fake good](#good)" in md and '<a href="#boom">Fake boom</a>' in page
+
+
+def test_not_reproduced_is_its_own_status_with_exit_zero_and_detects_are_listed(tmp_path):
+    def run(settings: Settings, progress: object) -> ExperimentResult:
+        checks = [Check("P", "holds", "x > 0", "1", True),
+                  Check("P", "a paper claim", "y > 0", "-1", False, if_false="NOT REPRODUCED")]
+        return ExperimentResult("nr", "Honest", settings.seed, "", checks=checks)
+
+    module = types.SimpleNamespace(NAME="nr", TITLE="Honest", run=run,
+                                   DETECTS=("a break | with a pipe",))
+    status, outcomes, files = run_report(["nr"], Settings(), tmp_path, loader=lambda _: module)
+    assert outcomes[0].status == "not reproduced" and status == 0
+    assert outcomes[0].detects == ("a break | with a pipe",)
+    md = files.markdown.read_text()
+    assert "| NOT REPRODUCED |" in md and "- a break \\| with a pipe" in md
+    assert '<span class="notrep">NOT REPRODUCED</span>' in files.html.read_text()
+    # a real FAIL next to it still wins
+    checks = [Check("P", "c", "k", "m", False, if_false="NOT REPRODUCED"),
+              Check("P", "c", "k", "m", False)]
+    assert ExperimentResult("x", "X", 0, "", checks=checks).verdict == "FAIL"

@@ -130,6 +130,9 @@ def test_load_state_dict_rejects_bad_state_without_changing_anything() -> None:
         net.load_state_dict(missing)
     with pytest.raises(ValueError, match="unexpected"):
         net.load_state_dict({**before, "extra": np.zeros(1)})
+    for not_a_mapping in (None, list(before.items())):
+        with pytest.raises(TypeError, match="state must be a mapping"):
+            net.load_state_dict(not_a_mapping)
     for key, value in net.state_dict().items():
         np.testing.assert_array_equal(value, before[key])
 

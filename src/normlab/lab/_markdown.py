@@ -1,9 +1,12 @@
 """A small Markdown-to-HTML converter for the report's own markdown (no dependency).
 
 It handles exactly what the lab writes: ``#`` headings, paragraphs, ``-`` bullet lists,
-pipe tables (header row, ``---`` separator row, body rows), fenced code blocks and the
-inline marks ``code``, **bold**, *italic* and ``![alt](src)`` images. Everything else is
-escaped text, so experiment output can never inject markup into the HTML report.
+pipe tables (header row, ``---`` separator row, body rows; see :mod:`normlab.lab.tables`),
+fenced code blocks, the inline marks ``code``, **bold**, *italic* and in-page links
+``[text](#anchor)``, and three fixed HTML lines the renderer writes itself: an anchor
+``<a id="name"></a>``, ``<details>`` with its ``<summary>...</summary>`` line, and
+``</details>`` (a folded block, e.g. a traceback). Everything else is escaped text, so
+experiment output can never inject markup into the HTML report.
 """
 
 from __future__ import annotations
@@ -11,12 +14,16 @@ from __future__ import annotations
 import html
 import re
 
+from normlab.lab.tables import split_row
+
 __all__ = ["inline", "to_html"]
 
 _CODE = re.compile(r"`([^`]+)`")
+_LINK = re.compile(r"\[([^\]]+)\]\(#([A-Za-z0-9_-]+)\)")
+_ANCHOR = re.compile(r'^<a id="([A-Za-z0-9_-]+)"></a>$')
+_SUMMARY = re.compile(r"^<summary>(.*)</summary>$")
 _BOLD = re.compile(r"\*\*([^*]+)\*\*")
 _ITALIC = re.compile(r"(?<![*\w])\*([^*\s][^*]*)\*(?![*\w])")
-_PIPE = re.compile(r"(?<!\\)\|")
 _TABLE_SEP = re.compile(r"^\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)*\|?\s*$")
 
 
@@ -31,37 +38,31 @@ def inline(text: str) -> str:
         s = html.escape(part)
         s = _BOLD.sub(r"<strong>\1</strong>", s)
         s = _ITALIC.sub(r"<em>\1</em>", s)
+        s = _LINK.sub(r'<a href="#\2">\1</a>', s)
         out.append(s)
     return "".join(out)
 
 
-def _cells(row: str) -> list[str]:
-    row = row.strip()
-    if row.startswith("|"):
-        row = row[1:]
-    if row.endswith("|"):
-        row = row[:-1]
-    return [cell.strip().replace("\\|", "|") for cell in _PIPE.split(row)]
-
-
 def _table(lines: list[str]) -> str:
-    head = "".join(f"<th>{inline(c)}</th>" for c in _cells(lines[0]))
+    head = "".join(f"<th>{inline(c)}</th>" for c in split_row(lines[0]))
     body = []
     for line in lines[2:]:
-        cells = "".join(f"<td>{_cell_html(c)}</td>" for c in _cells(line))
+        cells = "".join(f"<td>{_cell_html(c)}</td>" for c in split_row(line))
         body.append(f"<tr>{cells}</tr>")
-    return (
-        f"<table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n"
+    return (  # the wrapper scrolls a wide table by itself; the page never scrolls sideways
+        f'<div class="table-wrap"><table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n'
         + "\n".join(body)
-        + "\n</tbody></table>"
+        + "\n</tbody></table></div>"
     )
 
 
 def _cell_html(cell: str) -> str:
     if cell in ("PASS", "**PASS**"):
         return '<span class="pass">PASS</span>'
-    if cell in ("FAIL", "**FAIL**"):
-        return '<span class="fail">FAIL</span>'
+    if cell in ("FAIL", "**FAIL**", "ERROR", "**ERROR**"):
+        return f'<span class="fail">{cell.strip("*")}</span>'
+    if cell in ("NOT REPRODUCED", "**NOT REPRODUCED**"):
+        return '<span class="notrep">NOT REPRODUCED</span>'
     return inline(cell)
 
 
@@ -74,6 +75,12 @@ def to_html(markdown: str) -> str:
         line = lines[i]
         stripped = line.strip()
         if not stripped:
+            i += 1
+        elif _ANCHOR.match(stripped) or stripped in ("<details>", "</details>"):
+            out.append(stripped)  # fixed markup written by the renderer (id: [A-Za-z0-9_-])
+            i += 1
+        elif summary := _SUMMARY.match(stripped):
+            out.append(f"<summary>{inline(summary.group(1))}</summary>")
             i += 1
         elif stripped.startswith("```"):
             j = i + 1
@@ -108,4 +115,4 @@ def to_html(markdown: str) -> str:
 
 def _starts_block(line: str) -> bool:
     s = line.strip()
-    return s.startswith(("```", "#", "|", "- "))
+    return s.startswith(("```", "#", "|", "- ", "<details>", "</details>", "<summary>", "<a id="))

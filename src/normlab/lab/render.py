@@ -2,9 +2,13 @@
 
 Both documents come from the same blocks: for each experiment a markdown text (title,
 status, summary, the claim-beside-measurement table, the experiment's own tables, or the
-traceback of an error) followed by its figures. The markdown links the PNG files; the HTML
-embeds the same PNG bytes as base64 ``data:`` URIs and carries its CSS inline, so the page
-needs no other file and no network.
+traceback of an error, folded) followed by its figures. The markdown links the PNG files;
+the HTML embeds the same PNG bytes as base64 ``data:`` URIs and carries its CSS inline, so
+the page needs no other file and no network. Every table is built with
+:func:`normlab.lab.tables.markdown_table` (escaped cells); the summary rows link to their
+sections; the "reproduce" lines carry the flags the report was made with; the page is
+laid out for phone widths (390 px) without sideways scrolling: wide tables and code blocks
+scroll inside their own box, long words wrap.
 """
 
 from __future__ import annotations
@@ -16,24 +20,40 @@ from dataclasses import dataclass
 
 from normlab.lab._markdown import to_html
 from normlab.lab.runner import Outcome
+from normlab.lab.tables import escape_cell, markdown_table
 
-__all__ = ["RenderedFigure", "experiment_markdown", "html_document", "markdown_document"]
+__all__ = [
+    "RenderedFigure",
+    "cli_flags",
+    "experiment_markdown",
+    "html_document",
+    "markdown_document",
+]
 
-_STATUS = {"pass": "PASS", "fail": "FAIL", "error": "ERROR"}
+_STATUS = {"pass": "PASS", "fail": "FAIL", "not reproduced": "NOT REPRODUCED", "error": "ERROR"}
 
 _CSS = """
+*, *::before, *::after { box-sizing: border-box; }
 body { font-family: system-ui, -apple-system, Segoe UI, Helvetica, Arial, sans-serif;
-       max-width: 72rem; margin: 2rem auto; padding: 0 1rem; color: #1b1b1b; line-height: 1.45; }
+       max-width: 72rem; margin: 2rem auto; padding: 0 1rem; color: #1b1b1b; line-height: 1.45;
+       overflow-wrap: anywhere; }
 h1, h2 { border-bottom: 1px solid #ddd; padding-bottom: .2rem; }
+.table-wrap { max-width: 100%; overflow-x: auto; }
 table { border-collapse: collapse; margin: .8rem 0; font-size: .92rem; }
 th, td { border: 1px solid #ccc; padding: .3rem .55rem; vertical-align: top; text-align: left; }
 th { background: #f3f3f3; }
 code, pre { font-family: ui-monospace, Menlo, Consolas, monospace; font-size: .88rem; }
-pre { background: #f7f7f7; border: 1px solid #e2e2e2; padding: .6rem; overflow-x: auto; }
+pre { background: #f7f7f7; border: 1px solid #e2e2e2; padding: .6rem; overflow-x: auto;
+      max-width: 100%; overflow-wrap: normal; }
+details { margin: .6rem 0; }
+summary { cursor: pointer; }
 .pass { color: #11692b; font-weight: 700; }
 .fail { color: #b00020; font-weight: 700; }
+.notrep { color: #8a5a00; font-weight: 700; }
 figure { margin: 1rem 0; }
-figure img { max-width: 100%; border: 1px solid #eee; }
+figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
+@media (max-width: 600px) { body { margin: 1rem auto; padding: 0 .5rem; }
+  table { font-size: .8rem; } th, td { padding: .2rem .3rem; } }
 figcaption { font-size: .85rem; color: #555; }
 """
 
@@ -47,78 +67,108 @@ class RenderedFigure:
     png: bytes
 
 
-def _cell(text: object) -> str:
-    return " ".join(str(text).split()).replace("|", "\\|")
-
-
 def _status_word(outcome: Outcome) -> str:
     return _STATUS[outcome.status]
 
 
-def experiment_markdown(index: int, outcome: Outcome) -> str:
-    """The markdown of one experiment, without its figures."""
-    lines = [f"## {index}. {outcome.title}", ""]
+def cli_flags(size: object, seed: object) -> str:
+    """The command-line flags that select ``size`` and ``seed`` (empty for the defaults).
+
+    >>> cli_flags("quick", 2), cli_flags("default", 0)
+    (' --quick --seed 2', '')
+    """
+    flags = {"quick": " --quick", "full": " --full"}.get(str(size), "")
+    return flags + (f" --seed {seed}" if seed not in (0, None) else "")
+
+
+def _error_block(outcome: Outcome) -> list[str]:
+    """The traceback, folded: its last line is the summary, the whole text inside."""
+    text = (outcome.error or "").rstrip()
+    last = text.splitlines()[-1] if text else "no traceback recorded"
+    return [
+        "**ERROR**: the experiment raised an exception.",
+        "",
+        "<details>",
+        f"<summary>{escape_cell(last)} (traceback)</summary>",
+        "",
+        "```",
+        *text.replace("```", "` ` `").splitlines(),  # a fence inside would end the block
+        "```",
+        "",
+        "</details>",
+        "",
+    ]
+
+
+def _detects_block(outcome: Outcome) -> list[str]:
+    if not outcome.detects:
+        return ["Known to detect: no fault-injection test yet.", ""]
+    head = "Known to detect (each break is shown to give FAIL by a fault-injection test):"
+    return [head, "", *(f"- {escape_cell(d)}" for d in outcome.detects), ""]
+
+
+def experiment_markdown(index: int, outcome: Outcome, size: object = None) -> str:
+    """The markdown of one experiment, without its figures.
+
+    ``size`` (``"quick"``, ``"default"``, ``"full"``) puts its flag in the reproduce line.
+    """
     seed = outcome.result.seed if outcome.result is not None else None
-    lines.append(
-        f"`normlab run {outcome.name}` · seed {seed if seed is not None else 'n/a'} · "
-        f"{outcome.elapsed_s:.1f} s · **{_status_word(outcome)}**"
-    )
-    lines.append("")
+    lines = [
+        f'<a id="{outcome.name}"></a>',
+        "",
+        f"## {index}. {outcome.title}",
+        "",
+        f"`normlab run {outcome.name}{cli_flags(size, seed)}` · "
+        f"seed {seed if seed is not None else 'n/a'} · "
+        f"{outcome.elapsed_s:.1f} s · **{_status_word(outcome)}**",
+        "",
+    ]
     if outcome.status == "error" or outcome.result is None:
-        lines += ["**ERROR**: the experiment raised an exception:", "", "```"]
-        lines += (outcome.error or "").rstrip().splitlines()
-        lines += ["```", ""]
-        return "\n".join(lines)
+        return "\n".join(lines + _error_block(outcome) + _detects_block(outcome))
     result = outcome.result
     if result.summary:
         lines += [result.summary.strip(), ""]
     if result.checks:
-        lines += [
-            "| paper | claim | measured here | criterion | result |",
-            "|---|---|---|---|---|",
-        ]
-        for check in result.checks:
-            word = "PASS" if check.passed else "FAIL"
-            lines.append(
-                f"| {_cell(check.source)} | {_cell(check.claim)} | {_cell(check.measured)} "
-                f"| {_cell(check.criterion)} | {word} |"
-            )
-        lines.append("")
+        header = ["paper", "claim", "measured here", "criterion", "result"]
+        rows = [[c.source, c.claim, c.measured, c.criterion, c.verdict] for c in result.checks]
+        lines += [markdown_table(header, rows), ""]
     else:
         lines += ["**FAIL**: the experiment reported no check.", ""]
     for table in result.tables:
         lines += [table.strip(), ""]
     if result.settings:
-        used = ", ".join(f"{k} = {_cell(v)}" for k, v in result.settings.items())
+        used = ", ".join(f"{k} = {escape_cell(v)}" for k, v in result.settings.items())
         lines += [f"Sizes used: {used}.", ""]
-    return "\n".join(lines)
+    return "\n".join(lines + _detects_block(outcome))
 
 
 def _header(outcomes: Sequence[Outcome], meta: Mapping[str, object]) -> str:
     passed = sum(o.status == "pass" for o in outcomes)
+    not_rep = sum(o.status == "not reproduced" for o in outcomes)
     lines = [
         "# normlab report",
         "",
-        "Each paper's claim beside the value measured here, with PASS/FAIL. "
+        "Each paper's claim beside the value measured here, with PASS/FAIL (NOT REPRODUCED: "
+        "the lab works, the claim measurably does not hold in this setting). "
         "Everything below was computed on this machine from embedded data; seeds are fixed.",
         "",
         f"- settings: size `{meta['size']}`, seed `{meta['seed']}`",
+        f"- reproduce: `normlab report{cli_flags(meta['size'], meta['seed'])}`",
         f"- versions: {meta['versions_text']}",
         f"- generated: {meta['generated']} (total {meta['total_s']:.1f} s)",
-        f"- result: **{passed} of {len(outcomes)} experiments passed**",
+        f"- result: **{passed} of {len(outcomes)} experiments passed**"
+        + (f", {not_rep} did not reproduce a claim" if not_rep else ""),
         "",
-        "| # | experiment | result | checks passed | time (s) |",
-        "|---|---|---|---|---|",
     ]
+    rows = []
     for i, o in enumerate(outcomes, 1):
         checks = o.result.checks if o.result is not None else []
-        n_ok = sum(c.passed for c in checks)
-        lines.append(
-            f"| {i} | {_cell(o.title)} (`{o.name}`) | {_status_word(o)} "
-            f"| {n_ok} / {len(checks)} | {o.elapsed_s:.1f} |"
-        )
-    lines.append("")
-    return "\n".join(lines)
+        title = o.title.replace("[", "(").replace("]", ")")  # keep the link text plain
+        rows.append([i, f"[{title}](#{o.name}) (`{o.name}`)", _status_word(o),
+                     f"{sum(c.passed for c in checks)} / {len(checks)}",
+                     f"{o.elapsed_s:.1f}"])
+    header = ["#", "experiment", "result", "checks passed", "time (s)"]
+    return "\n".join([*lines, markdown_table(header, rows), ""])
 
 
 def markdown_document(
@@ -129,7 +179,7 @@ def markdown_document(
     """The whole ``report.md``: header, summary table, then each experiment and its figures."""
     parts = [_header(outcomes, meta)]
     for i, o in enumerate(outcomes, 1):
-        parts.append(experiment_markdown(i, o))
+        parts.append(experiment_markdown(i, o, meta.get("size")))
         for fig in figures.get(o.name, ()):
             parts.append(f"![{o.name}: {fig.stem}]({fig.relpath})\n")
     return "\n".join(parts)
@@ -143,8 +193,8 @@ def html_document(
     """The whole ``report.html``: same content as the markdown, figures embedded as base64."""
     body = [to_html(_header(outcomes, meta))]
     for i, o in enumerate(outcomes, 1):
-        body.append(f'<section id="{html.escape(o.name)}">')
-        body.append(to_html(experiment_markdown(i, o)))
+        body.append("<section>")  # the id is the anchor at the top of the experiment's text
+        body.append(to_html(experiment_markdown(i, o, meta.get("size"))))
         for fig in figures.get(o.name, ()):
             data = base64.b64encode(fig.png).decode("ascii")
             caption = html.escape(f"{o.name}: {fig.stem} ({fig.relpath})")
@@ -155,6 +205,7 @@ def html_document(
         body.append("</section>")
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
         "<title>normlab report</title>\n"
         f"<style>{_CSS}</style>\n</head>\n<body>\n" + "\n".join(body) + "\n</body>\n</html>\n"
     )

@@ -93,6 +93,7 @@ def _experiment_metrics(o: Outcome) -> dict[str, Any]:
         "status": o.status,
         "passed": o.status == "pass",
         "elapsed_s": round(o.elapsed_s, 3),
+        "detects": list(o.detects),
     }
     if o.result is not None:
         entry["seed"] = o.result.seed

@@ -3,6 +3,13 @@
 Contract for every experiment module in :mod:`normlab.lab.experiments`:
 
 * module constants ``NAME`` (the id used by ``normlab run NAME``) and ``TITLE``;
+* a module constant ``DETECTS: tuple[str, ...]``: the breaks of the library that the
+  experiment is known to detect (short text, e.g. ``"pre/post placement swapped"``), each
+  proven by a fault-injection test in ``tests/lab/test_breaks*.py`` that breaks the
+  mechanism, runs the experiment at its quick size and asserts the status FAIL; the
+  report prints the list under the experiment;
+* the code in three steps, so a criterion reads in a few lines: ``measure`` (the numbers),
+  ``checks`` (claim, criterion, verdict from those numbers) and ``tables``/figures;
 * ``run(settings: Settings, progress: Progress) -> ExperimentResult``;
 * deterministic for a given ``settings.seed`` (all randomness from
   ``numpy.random.default_rng(settings.seed)`` or generators derived from it);
@@ -14,9 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-__all__ = ["Check", "ExperimentResult", "NullProgress", "Progress", "Settings"]
+__all__ = ["Check", "ExperimentResult", "NullProgress", "Progress", "Settings", "Verdict"]
 
 Size = Literal["quick", "default", "full"]
+Verdict = Literal["PASS", "FAIL", "NOT REPRODUCED"]
 
 
 @dataclass(frozen=True)
@@ -59,6 +67,15 @@ class Check:
     measured: str  # the measured value(s), formatted for the table
     passed: bool
     values: dict[str, Any] = field(default_factory=dict)  # raw numbers for metrics.json
+    # What a False ``passed`` means: "FAIL" (the lab's criterion caught a broken mechanism)
+    # or "NOT REPRODUCED" (a claim of the paper that this setting measurably does not
+    # show; an honest result with its numbers, not a defect of the code).
+    if_false: Verdict = "FAIL"
+
+    @property
+    def verdict(self) -> Verdict:
+        """``"PASS"`` when passed, else :attr:`if_false`."""
+        return "PASS" if self.passed else self.if_false
 
 
 @dataclass
@@ -77,4 +94,13 @@ class ExperimentResult:
 
     @property
     def passed(self) -> bool:
+        """True when every check passed."""
         return all(c.passed for c in self.checks)
+
+    @property
+    def verdict(self) -> Verdict:
+        """FAIL if any check fails, else NOT REPRODUCED if any claim is not, else PASS."""
+        words = {c.verdict for c in self.checks}
+        if not self.checks or "FAIL" in words:
+            return "FAIL"
+        return "NOT REPRODUCED" if "NOT REPRODUCED" in words else "PASS"

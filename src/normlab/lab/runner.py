@@ -3,8 +3,9 @@
 Contract: :func:`run_experiments` never raises because of an experiment. A module that
 fails to import, an exception inside ``run`` or a result of the wrong type becomes an
 ``"error"`` :class:`Outcome` carrying the traceback; the next experiment still runs. An
-experiment whose checks do not all pass is a ``"fail"``. :func:`exit_status` is 0 only when
-every outcome is a ``"pass"``.
+experiment with a failed criterion is a ``"fail"``; one whose criteria hold but which
+measures a paper's claim as not holding here is ``"not reproduced"`` (an honest result).
+:func:`exit_status` is 0 only when every outcome is a ``"pass"`` or ``"not reproduced"``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from normlab.lab.result import ExperimentResult, NullProgress, Progress, Setting
 
 __all__ = ["Outcome", "exit_status", "run_experiments"]
 
-Status = Literal["pass", "fail", "error"]
+Status = Literal["pass", "fail", "not reproduced", "error"]
+_STATUS: dict[str, Status] = {"PASS": "pass", "FAIL": "fail", "NOT REPRODUCED": "not reproduced"}
 
 
 @dataclass
@@ -33,6 +35,7 @@ class Outcome:
     elapsed_s: float
     result: ExperimentResult | None = None
     error: str | None = None  # formatted traceback when status == "error"
+    detects: tuple[str, ...] = ()  # the module's DETECTS: breaks it is known to catch
 
 
 def _run_one(
@@ -40,9 +43,11 @@ def _run_one(
 ) -> Outcome:
     title = EXPERIMENTS.get(name, name)
     start = time.perf_counter()
+    detects: tuple[str, ...] = ()
     try:
         module = loader(name)
         title = getattr(module, "TITLE", title)
+        detects = tuple(str(d) for d in getattr(module, "DETECTS", ()))
         result = module.run(settings, progress)
         if not isinstance(result, ExperimentResult):
             raise TypeError(
@@ -50,11 +55,12 @@ def _run_one(
             )
     except Exception:  # the report shows the traceback; the other experiments still run
         return Outcome(
-            name, title, "error", time.perf_counter() - start, error=traceback.format_exc()
+            name, title, "error", time.perf_counter() - start, error=traceback.format_exc(),
+            detects=detects,
         )
     elapsed = time.perf_counter() - start
-    status: Status = "pass" if result.checks and result.passed else "fail"
-    return Outcome(name, result.title or title, status, elapsed, result=result)
+    status = _STATUS[result.verdict]
+    return Outcome(name, result.title or title, status, elapsed, result=result, detects=detects)
 
 
 def run_experiments(
@@ -102,5 +108,6 @@ def run_experiments(
 
 
 def exit_status(outcomes: Sequence[Outcome]) -> int:
-    """0 when every experiment passed, 1 when any failed its criterion or raised."""
-    return 0 if outcomes and all(o.status == "pass" for o in outcomes) else 1
+    """0 when every experiment passed (or honestly did not reproduce a claim), else 1."""
+    ok = ("pass", "not reproduced")
+    return 0 if outcomes and all(o.status in ok for o in outcomes) else 1

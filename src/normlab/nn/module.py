@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from normlab._validate import as_float_array, check_bool, compute_dtype
+from normlab._validate import as_float_array, check_bool, check_mapping, compute_dtype
 
 __all__ = ["Module", "Parameter"]
 
@@ -220,9 +220,12 @@ class Module:
 
         Raises
         ------
+        TypeError
+            When ``state`` is not a mapping.
         ValueError
             On a missing or unexpected key, or a shape that differs from the target's.
         """
+        check_mapping(state, "state", "a module state dict")
         targets: dict[str, tuple[str, Any]] = {}
         for name, p in self.named_parameters():
             targets[name] = ("param", p)

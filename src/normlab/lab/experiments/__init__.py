@@ -21,6 +21,7 @@ EXPERIMENTS: dict[str, str] = {
     "update_stall": "bf16 weight updates that stall (Micikevicius 2017; Zamirai 2020)",
     "loss_scaling": "fp16 gradients and loss scaling (Micikevicius et al. 2017)",
     "invariance": "Invariance table (Ba et al. 2016, Table 1, plus RMSNorm)",
+    "stats_precision": "LayerNorm statistics of float32 rows with a large offset (two-pass)",
     "batch_vs_layer": "BatchNorm vs LayerNorm: batch composition, decoding, train/eval gap",
     "dropout_stats": "Inverted dropout: mean, variance, eval identity (Srivastava et al. 2014)",
     "fp8_formats": "E4M3 vs E5M2, delayed vs current scaling (Micikevicius et al. 2022)",

@@ -18,22 +18,39 @@ Shapes: N masks (samples), M coordinates of x.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from normlab import inverted_dropout
 from normlab.lab.plotting import new_figure
 from normlab.lab.result import Check, ExperimentResult, Progress, Settings
+from normlab.lab.tables import markdown_table
 from normlab.lab.training import on_references
 from normlab.nn import Dropout
 
-__all__ = ["NAME", "PROBABILITIES", "TITLE", "Z_BOUND", "dropout_moments", "exact_moments", "run"]
+__all__ = [
+    "DETECTS",
+    "NAME",
+    "PROBABILITIES",
+    "TITLE",
+    "Z_BOUND",
+    "checks",
+    "dropout_moments",
+    "exact_moments",
+    "measure",
+    "run",
+    "tables",
+]
 
+DETECTS = ("inverted dropout without the 1/(1-p) rescaling of the kept units",)
 NAME = "dropout_stats"
 TITLE = "Inverted dropout: mean kept, variance x²p/(1-p), identity at eval (Srivastava 2014)"
 PROBABILITIES = (0.1, 0.3, 0.5, 0.8)
 # |z| bound for every coordinate and every p: P(|Z| > 4.5) = 6.8e-6 per test, so about
 # 2e-3 for the 4 x 64 x 2 tests of a default run (Bonferroni) - a true bug gives |z| >> 10.
 Z_BOUND = 4.5
+_M = 64  # coordinates of x
 
 
 def exact_moments(x: np.ndarray, p: float) -> tuple[np.ndarray, np.ndarray]:
@@ -100,40 +117,35 @@ def _figure(x: np.ndarray, stats: dict[float, dict]) -> object:
     return fig
 
 
-def _run(settings: Settings, progress: Progress) -> ExperimentResult:
-    """Measure the moments of inverted dropout and check eval mode is the identity."""
+def measure(settings: Settings, progress: Progress) -> dict[str, Any]:
+    """Moments of many masks per p, and the eval/p = 0 identity."""
     n = settings.pick(4_000, 40_000, 200_000)
-    m = 64
     rng = np.random.default_rng(settings.seed)
     progress.start(len(PROBABILITIES) + 1, "dropout moments")
     # x spans signs and three decades of magnitude; no zeros (their z-score is undefined)
-    x = rng.choice([-1.0, 1.0], size=m) * np.logspace(-1, 2, m)  # M
+    x = rng.choice([-1.0, 1.0], size=_M) * np.logspace(-1, 2, _M)  # M
     stats: dict[float, dict] = {}
-    rows = ["| p | max abs z (mean) | max abs z (variance) | max rel. error of variance |"]
-    rows.append("|---|---|---|---|")
     for p in PROBABILITIES:
-        s = dropout_moments(x, p, n, rng)
-        s["n"] = n
-        stats[p] = s
-        rel = np.max(np.abs(s["var"] / s["var_true"] - 1.0))
-        rows.append(
-            f"| {p} | {np.max(np.abs(s['z_mean'])):.2f} | {np.max(np.abs(s['z_var'])):.2f} "
-            f"| {rel:.3%} |"
-        )
+        stats[p] = {**dropout_moments(x, p, n, rng), "n": n}
         progress.advance()
-    z_mean = max(float(np.max(np.abs(s["z_mean"]))) for s in stats.values())
-    z_var = max(float(np.max(np.abs(s["z_var"]))) for s in stats.values())
-
     layer = Dropout(0.5, np.random.default_rng(settings.seed + 1))
     layer.eval()
     x2 = rng.standard_normal((8, 16))  # B,D
-    eval_out = layer(x2)
     zero_p_out, _ = inverted_dropout(x2, 0.0, np.random.default_rng(0))
-    eval_identity = bool(np.array_equal(eval_out, x2) and np.array_equal(zero_p_out, x2))
     progress.advance()
+    return {
+        "n": n, "x": x, "stats": stats,
+        "z_mean": max(float(np.max(np.abs(s["z_mean"]))) for s in stats.values()),
+        "z_var": max(float(np.max(np.abs(s["z_var"]))) for s in stats.values()),
+        "eval_identity": bool(np.array_equal(layer(x2), x2) and np.array_equal(zero_p_out, x2)),
+    }
 
+
+def checks(m: dict[str, Any]) -> list[Check]:
+    """Each criterion reads only the measured numbers ``m`` (see :func:`measure`)."""
+    n, z_mean, z_var, eval_identity = m["n"], m["z_mean"], m["z_var"], m["eval_identity"]
     source = "Srivastava et al. 2014; chapter 16.2"
-    checks = [
+    return [
         Check(
             source,
             "Inverted dropout preserves the mean: E[dropout(x)] = x",
@@ -160,34 +172,47 @@ def _run(settings: Settings, progress: Progress) -> ExperimentResult:
             eval_identity,
         ),
     ]
+
+
+def tables(m: dict[str, Any]) -> list[str]:
+    """Worst z-scores and variance error per p."""
+    rows = [[p, f"{np.max(np.abs(s['z_mean'])):.2f}", f"{np.max(np.abs(s['z_var'])):.2f}",
+             f"{np.max(np.abs(s['var'] / s['var_true'] - 1.0)):.3%}"]
+            for p, s in m["stats"].items()]
+    header = ["p", "max abs z (mean)", "max abs z (variance)", "max rel. error of variance"]
+    return [markdown_table(header, rows)]
+
+
+def _run(settings: Settings, progress: Progress) -> ExperimentResult:
+    """Measure the moments of inverted dropout and check eval mode is the identity."""
+    m = measure(settings, progress)
     return ExperimentResult(
         name=NAME,
         title=TITLE,
         seed=settings.seed,
         summary=(
-            f"{n} independent masks of `normlab.inverted_dropout` applied to a fixed vector of "
-            f"{m} values spanning 0.1 to 100 in magnitude, for each drop probability p. "
-            "Each coordinate's sample mean and variance is compared with the exact moments "
-            "of the scaled Bernoulli; errors are reported in standard errors (z)."
+            f"{m['n']} independent masks of `normlab.inverted_dropout` applied to a fixed "
+            f"vector of {_M} values spanning 0.1 to 100 in magnitude, for each drop "
+            "probability p. Each coordinate's sample mean and variance is compared with the "
+            "exact moments of the scaled Bernoulli; errors are reported in standard errors (z)."
         ),
-        checks=checks,
-        figures={"moments": _figure(x, stats)},
-        tables=["\n".join(rows)],
+        checks=checks(m),
+        figures={"moments": _figure(m["x"], m["stats"])},
+        tables=tables(m),
         metrics={
-            "max_abs_z_mean": z_mean,
-            "max_abs_z_var": z_var,
+            "max_abs_z_mean": m["z_mean"],
+            "max_abs_z_var": m["z_var"],
             "per_p": {
                 str(p): {
                     "max_abs_z_mean": float(np.max(np.abs(s["z_mean"]))),
                     "max_abs_z_var": float(np.max(np.abs(s["z_var"]))),
                 }
-                for p, s in stats.items()
+                for p, s in m["stats"].items()
             },
-            "eval_identity": eval_identity,
+            "eval_identity": m["eval_identity"],
         },
-        settings={"masks_per_p": n, "coordinates": m, "p": list(PROBABILITIES)},
+        settings={"masks_per_p": m["n"], "coordinates": _M, "p": list(PROBABILITIES)},
     )
-
 
 
 @on_references

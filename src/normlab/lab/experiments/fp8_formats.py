@@ -21,8 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from normlab.lab.plotting import new_figure
+from normlab.lab.experiments._fp8_figures import plot_drift, plot_sweep
 from normlab.lab.result import Check, ExperimentResult, Progress, Settings
+from normlab.lab.tables import markdown_table
 from normlab.precision import (
     FLOAT8_E4M3FN,
     FLOAT8_E5M2,
@@ -33,12 +34,34 @@ from normlab.precision import (
     quantize_current_scaling,
 )
 
-__all__ = ["NAME", "TITLE", "drift_scales", "relative_error", "run", "scale_sweep"]
+__all__ = [
+    "DETECTS",
+    "NAME",
+    "PAPER_TABLE1",
+    "TITLE",
+    "checks",
+    "drift_scales",
+    "measure",
+    "relative_error",
+    "run",
+    "scale_sweep",
+    "tables",
+]
 
 NAME = "fp8_formats"
 TITLE = "FP8 formats: E4M3 vs E5M2, delayed vs current scaling (Micikevicius et al. 2022)"
 
+DETECTS = (
+    "E4M3 max changed (e.g. 240, the IEEE-style E4M3, instead of 448)",
+    "delayed scaling using the current amax instead of the history",
+)
 FORMATS: dict[str, Format] = {"E4M3": FLOAT8_E4M3FN, "E5M2": FLOAT8_E5M2}
+# The paper's Table 1, as printed: (max normal, min subnormal). Independent of the Format
+# objects above, which are what the lab measures.
+PAPER_TABLE1: dict[str, tuple[float, float]] = {
+    "E4M3": (448.0, 2.0**-9),  # 0x1.cp+8, 0x1p-9
+    "E5M2": (57344.0, 2.0**-16),  # 0x1.cp+15, 0x1p-16
+}
 LOG2_SCALES = np.arange(-30.0, 20.01, 0.5)  # K, log2 of the tensor's standard deviation
 _USABLE = 2.0  # a scale is "usable" while the error is within 2x the format's best
 _HISTORY = 16  # delayed scaling: amax history length
@@ -94,42 +117,13 @@ def _usable_binades(err: np.ndarray) -> float:
     return float(np.sum(err <= _USABLE * err.min()) * (LOG2_SCALES[1] - LOG2_SCALES[0]))
 
 
-def _plot_sweep(sweep: dict[str, np.ndarray]) -> Any:
-    fig, ax = new_figure(width=7.0)
-    styles = {"E4M3": ("tab:blue", "-"), "E5M2": ("tab:orange", "-"),
-              "E4M3 scaled": ("tab:blue", ":"), "E5M2 scaled": ("tab:orange", ":")}
-    for name, err in sweep.items():
-        color, ls = styles[name]
-        label = f"{name[:4]}, per-tensor current scaling" if "scaled" in name else f"{name}, cast"
-        ax.plot(2.0**LOG2_SCALES, err, color=color, ls=ls, label=label)
-    ax.set(xscale="log", yscale="log", ylim=(1e-2, 1.5), xlabel="tensor standard deviation s",
-           ylabel="relative RMS error", title="Casting N(0, s^2) to FP8 (saturating)")
-    ax.set_xscale("log", base=2)
-    ax.legend(fontsize=8)
-    return fig
+def _range_binades(fmt: Format) -> float:
+    """log2(max / min subnormal): the format's dynamic range in binades."""
+    return float(np.log2(fmt.max / fmt.min_subnormal))
 
 
-def _plot_drift(log2_s: np.ndarray, drift: dict[str, np.ndarray]) -> Any:
-    fig, (ax0, ax1) = new_figure(1, 2)
-    steps = np.arange(log2_s.size)
-    ax0.plot(steps, drift["current"], label="current scaling (own amax)")
-    ax0.plot(steps, drift["delayed"], label=f"delayed scaling (history {_HISTORY}, max)")
-    ax0.set(yscale="log", xlabel="step", ylabel="relative RMS error (E4M3)",
-            title="A tensor whose range drifts upwards")
-    ax0.legend(fontsize=8)
-    ax1.plot(steps, 2.0**log2_s, color="k", label="tensor std")
-    ax1.set(yscale="log", xlabel="step", ylabel="tensor standard deviation",
-            title="Scale drift and saturation")
-    twin = ax1.twinx()
-    twin.plot(steps, 100 * drift["saturated"], color="tab:red", label="saturated (delayed)")
-    twin.set_ylabel("% of values saturated at 448 (delayed)")
-    ax1.legend(loc="upper left", fontsize=8)
-    twin.legend(loc="lower right", fontsize=8)
-    return fig
-
-
-def run(settings: Settings, progress: Progress) -> ExperimentResult:
-    """Sweep the tensor scale for both formats, then compare delayed and current scaling."""
+def measure(settings: Settings, progress: Progress) -> dict[str, Any]:
+    """The sweep (part 1), the drift (part 2) and the numbers the checks read."""
     n, steps = settings.pick((2048, 48), (8192, 96), (65536, 192))
     rng = np.random.default_rng(settings.seed)
     progress.start(2, "fp8 formats")
@@ -139,34 +133,68 @@ def run(settings: Settings, progress: Progress) -> ExperimentResult:
     log2_s = drift_scales(steps)  # T
     drift = _drift(rng.standard_normal((steps, n)).astype(np.float32), log2_s)
     progress.advance()
-
-    best = {k: float(v.min()) for k, v in sweep.items()}
-    ratio = best["E4M3 scaled"] / best["E5M2 scaled"]
-    width = {k: _usable_binades(sweep[k]) for k in FORMATS}
-    extra = width["E5M2"] - width["E4M3"]
-    scaled_flat = max(float(np.max(sweep[k + " scaled"]) / np.min(sweep[k + " scaled"]))
-                      for k in FORMATS)
     third = steps // 3
     rising = slice(third, steps - third)
     steady = np.r_[1:third, steps - third + _HISTORY // 4 : steps]  # after the first step
     cur, dly = drift["current"], drift["delayed"]
-    steady_gap = float(np.mean(dly[steady]) / np.mean(cur[steady]))
-    rise_gap = float(np.max(dly[rising] / cur[rising]))
-    cur_flat = float(cur.max() / cur.min())
-    checks = [
+    best = {k: float(v.min()) for k, v in sweep.items()}
+    return {
+        "n": n, "steps": steps, "sweep": sweep, "log2_s": log2_s, "drift": drift,
+        "best": best, "ratio": best["E4M3 scaled"] / best["E5M2 scaled"],
+        "width": {k: _usable_binades(sweep[k]) for k in FORMATS},
+        "table1": {k: (float(f.max), float(f.min_subnormal)) for k, f in FORMATS.items()},
+        "range": {k: _range_binades(f) for k, f in FORMATS.items()},
+        "scaled_flat": max(float(np.max(sweep[k + " scaled"]) / np.min(sweep[k + " scaled"]))
+                           for k in FORMATS),
+        "steady_gap": float(np.mean(dly[steady]) / np.mean(cur[steady])),
+        "rise_gap": float(np.max(dly[rising] / cur[rising])),
+        "cur_flat": float(cur.max() / cur.min()),
+        "max_saturated": float(drift["saturated"].max()),
+    }
+
+
+def _table1_check(m: dict[str, Any]) -> Check:
+    got, paper = m["table1"], PAPER_TABLE1
+    paper_extra = float(np.log2(paper["E5M2"][0] / paper["E5M2"][1])
+                        - np.log2(paper["E4M3"][0] / paper["E4M3"][1]))
+    extra = m["range"]["E5M2"] - m["range"]["E4M3"]
+    text = "; ".join(f"{k} max {v[0]:g}, min subnormal 2^{np.log2(v[1]):g}" for k, v in got.items())
+    return Check(
+        source="Micikevicius et al. 2022, Table 1",
+        claim="; ".join(f"{k} max {v[0]:g}, min subnormal 2^{np.log2(v[1]):g}"
+                        for k, v in paper.items())
+        + f"; E5M2 spans {paper_extra:g} more binades",
+        criterion="the formats' max and min subnormal equal Table 1 exactly, and so does "
+        "the extra range log2(max/min subnormal) of E5M2 over E4M3",
+        measured=f"{text}; extra range {extra:g} binades",
+        passed=bool(got == paper and extra == paper_extra),
+        values={"formats": got, "paper": paper, "extra_range": extra},
+    )
+
+
+def checks(m: dict[str, Any]) -> list[Check]:
+    """Each criterion reads only the measured numbers ``m`` (see :func:`measure`)."""
+    e4, e5 = FORMATS["E4M3"], FORMATS["E5M2"]
+    best, width = m["best"], m["width"]
+    extra = width["E5M2"] - width["E4M3"]
+    src_te = "Transformer Engine DelayedScaling; Micikevicius et al. 2022"
+    return [
+        _table1_check(m),
         Check(
             source="Micikevicius et al. 2022, Table 1",
-            claim="E4M3 has one more mantissa bit than E5M2, so half its relative error.",
+            claim=f"E4M3 has {e4.mantissa_bits} mantissa bits, E5M2 {e5.mantissa_bits}: one more "
+            "bit halves the relative error.",
             criterion="best relative error E4M3 / E5M2 (per-tensor scaled) in [0.4, 0.6]",
             measured=f"E4M3 {best['E4M3 scaled']:.4f}, E5M2 {best['E5M2 scaled']:.4f}, "
-            f"ratio {ratio:.3f}",
-            passed=bool(0.4 <= ratio <= 0.6),
-            values={"best_error": best, "ratio": ratio},
+            f"ratio {m['ratio']:.3f}",
+            passed=bool(0.4 <= m["ratio"] <= 0.6),
+            values={"best_error": best, "ratio": m["ratio"]},
         ),
         Check(
             source="Micikevicius et al. 2022, Table 1",
-            claim="E5M2 trades that bit for range: 2^-16..57344 against E4M3's 2^-9..448, "
-            "about 14-15 more binades.",
+            claim=f"E5M2 trades that bit for range: 2^{np.log2(e5.min_subnormal):g}..{e5.max:g} "
+            f"against E4M3's 2^{np.log2(e4.min_subnormal):g}..{e4.max:g}, "
+            f"{m['range']['E5M2'] - m['range']['E4M3']:.3g} more binades.",
             criterion=f"scales with error <= {_USABLE}x the format's best: E5M2's window wider "
             "by 12 to 18 binades",
             measured=f"E4M3 {width['E4M3']:.1f}, E5M2 {width['E5M2']:.1f} binades "
@@ -179,55 +207,67 @@ def run(settings: Settings, progress: Progress) -> ExperimentResult:
             claim="A per-tensor scale brings any tensor into range: the error no longer "
             "depends on the tensor's magnitude.",
             criterion="with current scaling, max/min error over all 50 binades <= 1.1",
-            measured=f"max/min {scaled_flat:.3f}",
-            passed=bool(scaled_flat <= 1.1),
-            values={"max_over_min": scaled_flat},
+            measured=f"max/min {m['scaled_flat']:.3f}",
+            passed=bool(m["scaled_flat"] <= 1.1),
+            values={"max_over_min": m["scaled_flat"]},
         ),
         Check(
-            source="Transformer Engine DelayedScaling; Micikevicius et al. 2022",
+            source=src_te,
             claim="Delayed scaling (scale from the amax history) is as good as current "
             "scaling while the range is steady...",
             criterion="steady phases: mean delayed error <= 1.05x current scaling's",
-            measured=f"{steady_gap:.3f}x",
-            passed=bool(steady_gap <= 1.05),
-            values={"steady_ratio": steady_gap},
+            measured=f"{m['steady_gap']:.3f}x",
+            passed=bool(m["steady_gap"] <= 1.05),
+            values={"steady_ratio": m["steady_gap"]},
         ),
         Check(
-            source="Transformer Engine DelayedScaling; Micikevicius et al. 2022",
-            claim="...but lags a range that grows: values beyond the stale scale saturate, "
-            "while current scaling stays at E4M3's best.",
+            source=src_te,
+            claim=f"...but lags a range that grows: values beyond the stale scale saturate at "
+            f"{e4.max:g}, while current scaling stays at E4M3's best.",
             criterion="while the range doubles each step: delayed error >= 3x current's and "
             "some values saturate; current scaling's error varies <= 1.2x over all steps",
-            measured=f"delayed up to {rise_gap:.1f}x current, up to "
-            f"{100 * drift['saturated'].max():.1f}% saturated; current max/min {cur_flat:.3f}",
-            passed=bool(rise_gap >= 3.0 and drift["saturated"].max() > 0 and cur_flat <= 1.2),
-            values={"rise_ratio": rise_gap, "max_saturated": float(drift["saturated"].max()),
-                    "current_max_over_min": cur_flat},
+            measured=f"delayed up to {m['rise_gap']:.1f}x current, up to "
+            f"{100 * m['max_saturated']:.1f}% saturated; current max/min {m['cur_flat']:.3f}",
+            passed=bool(m["rise_gap"] >= 3.0 and m["max_saturated"] > 0 and m["cur_flat"] <= 1.2),
+            values={"rise_ratio": m["rise_gap"], "max_saturated": m["max_saturated"],
+                    "current_max_over_min": m["cur_flat"]},
         ),
     ]
-    rows = ["| format | max | smallest subnormal | best rel. error | usable binades |",
-            "|---|---|---|---|---|"]
-    for name, fmt in FORMATS.items():
-        rows.append(f"| {name} | {fmt.max:g} | 2^{int(np.log2(fmt.min_subnormal))} | "
-                    f"{best[name + ' scaled']:.4f} | {width[name]:.1f} |")
+
+
+def tables(m: dict[str, Any]) -> list[str]:
+    """One row per format: Table 1's numbers as the lab's formats hold them, and measured."""
+    rows = [[name, f"{fmt.max:g}", f"2^{np.log2(fmt.min_subnormal):g}",
+             f"{m['range'][name]:.2f}", f"{m['best'][name + ' scaled']:.4f}",
+             f"{m['width'][name]:.1f}"] for name, fmt in FORMATS.items()]
+    header = ["format", "max", "smallest subnormal", "range (binades)", "best rel. error",
+              "usable binades"]
+    return [markdown_table(header, rows)]
+
+
+def run(settings: Settings, progress: Progress) -> ExperimentResult:
+    """Sweep the tensor scale for both formats, then compare delayed and current scaling."""
+    m = measure(settings, progress)
     summary = (
-        f"Part 1 casts a tensor of {n} N(0, s^2) values to E4M3 and E5M2 for s = 2^-30 ... "
-        "2^20 (saturating, as Transformer Engine casts) and with per-tensor current scaling. "
-        f"Part 2 follows a tensor over {steps} steps whose range is steady, then doubles "
-        f"every step, then is steady again, quantised to E4M3 with current scaling and with "
-        f"delayed scaling (amax history {_HISTORY}, max, margin 0)."
+        f"Part 1 casts a tensor of {m['n']} N(0, s^2) values to E4M3 and E5M2 for s = 2^-30 "
+        "... 2^20 (saturating, as Transformer Engine casts) and with per-tensor current "
+        f"scaling. Part 2 follows a tensor over {m['steps']} steps whose range is steady, then "
+        "doubles every step, then is steady again, quantised to E4M3 with current scaling and "
+        f"with delayed scaling (amax history {_HISTORY}, max, margin 0)."
     )
     return ExperimentResult(
-        name=NAME, title=TITLE, seed=settings.seed, summary=summary, checks=checks,
-        figures={"sweep": _plot_sweep(sweep),
-                 "drift": _plot_drift(log2_s, drift)},
-        tables=["\n".join(rows)],
+        name=NAME, title=TITLE, seed=settings.seed, summary=summary, checks=checks(m),
+        figures={"sweep": plot_sweep(LOG2_SCALES, m["sweep"]),
+                 "drift": plot_drift(m["log2_s"], m["drift"], _HISTORY, FORMATS["E4M3"].max)},
+        tables=tables(m),
         metrics={
             "log2_scales": LOG2_SCALES.tolist(),
-            "relative_error": {k: v.tolist() for k, v in sweep.items()},
-            "usable_binades": width,
-            "drift_log2_scale": log2_s.tolist(),
-            "drift_error": {k: v.tolist() for k, v in drift.items()},
+            "relative_error": {k: v.tolist() for k, v in m["sweep"].items()},
+            "usable_binades": m["width"],
+            "format_table": m["table1"],
+            "drift_log2_scale": m["log2_s"].tolist(),
+            "drift_error": {k: v.tolist() for k, v in m["drift"].items()},
         },
-        settings={"n": n, "steps": steps, "amax_history_len": _HISTORY, "drift_binades": _DRIFT},
+        settings={"n": m["n"], "steps": m["steps"], "amax_history_len": _HISTORY,
+                  "drift_binades": _DRIFT},
     )

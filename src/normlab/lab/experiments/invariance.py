@@ -25,10 +25,12 @@ import numpy as np
 from normlab import batch_norm_forward, layer_norm_forward, rms_norm_forward
 from normlab.lab.plotting import new_figure
 from normlab.lab.result import Check, ExperimentResult, Progress, Settings
+from normlab.lab.tables import markdown_table
 from normlab.lab.training import on_references
 
-__all__ = ["METHODS", "NAME", "PAPER", "TITLE", "TRANSFORMS", "invariance_matrix", "run"]
+__all__ = ["DETECTS", "METHODS", "NAME", "PAPER", "TITLE", "TRANSFORMS", "invariance_matrix", "run"]
 
+DETECTS = ("LayerNorm without its mean subtraction (test_exp_invariance)",)
 NAME = "invariance"
 TITLE = "Invariance table (Ba et al. 2016, Table 1), extended with RMSNorm"
 EPS = 1e-300
@@ -156,14 +158,13 @@ def _run(settings: Settings, progress: Progress) -> ExperimentResult:
     progress.start(1, "invariance table")
     change = invariance_matrix(settings.seed)
     progress.advance()
-    header = "| method | " + " | ".join(TRANSFORMS) + " |"
-    rows = [header, "|---" * (len(TRANSFORMS) + 1) + "|"]
+    rows = []
     checks = []
     for r, method in enumerate(METHODS):
         words = [_word(v) for v in change[r]]
         expected = ["Invariant" if inv else "No" for inv in PAPER[method]]
         cells = [w if w == e else f"{w} (paper: {e})" for w, e in zip(words, expected, strict=True)]
-        rows.append(f"| {method} | " + " | ".join(cells) + " |")
+        rows.append([method, *cells])
         agree = sum(w == e for w, e in zip(words, expected, strict=True))
         paper_row = ", ".join(f"{t}: {e}" for t, e in zip(TRANSFORMS, expected, strict=True))
         checks.append(
@@ -189,7 +190,7 @@ def _run(settings: Settings, progress: Progress) -> ExperimentResult:
         ),
         checks=checks,
         figures={"table": _figure(change)},
-        tables=["\n".join(rows)],
+        tables=[markdown_table(["method", *TRANSFORMS], rows)],
         metrics={
             "relative_change": {
                 m: dict(zip(TRANSFORMS, change[r].tolist(), strict=True))

@@ -1,19 +1,22 @@
 """Experiment 4: fp16 gradients, the range they fall in, and loss scaling.
 
-Micikevicius et al. 2017 ("Mixed Precision Training", section 3.2 and Figure 3): many
-activation gradients lie below fp16's smallest subnormal (2^-24) and flush to zero;
-multiplying the loss by a scale S shifts every gradient up by log2(S) binades, which saves
-them as long as the largest one stays below fp16's max (65504); a dynamic scaler finds S by
-backing off on overflow and growing after a run of clean steps.
+Micikevicius et al. 2017 ("Mixed Precision Training", section 3.2 and Figure 3): part of
+the activation gradients seen during training lie below fp16's smallest subnormal (2^-24)
+and flush to zero, while most of fp16's range above them is left unused; multiplying the
+loss by a scale S shifts every gradient up by log2(S) binades, which saves them as long as
+the largest one stays below fp16's max (65504); a dynamic scaler finds S by backing off on
+overflow and growing after a run of clean steps.
 
-Setup: a 3-layer ReLU MLP regressing a random teacher, its loss multiplied by a small
-``loss_weight`` (as a mean over many tokens or a small auxiliary loss would make it) and the
-learning rate divided by it, so the fp32 run is unchanged while the gradients are tiny. The
-fp16 runs round weights, activations and every backward signal to fp16 and keep fp32 master
-weights (the step itself is not the problem here): ``MasterWeights`` and
-``mixed_precision_step`` (unscale, skip on overflow, step, refresh) from
-:mod:`normlab.precision`, with a ``StaticLossScaler(1)`` or a ``DynamicLossScaler``.
-Dimension letters: B = batch, F = input features, H = hidden width.
+Setup: a deep narrow ReLU MLP (weights N(0, 1/fan_in), half the He variance, so the
+backward signal shrinks by about sqrt(2) per layer, as in a network that is not perfectly
+initialised) regressing a random teacher with the mean squared error over the batch. No
+factor is put on the loss: the gradients are small because the error is averaged over the
+batch, shrinks as training converges, and fades through the layers. As in the paper's
+Figure 3, the histogram collects every backward signal seen during the fp32 run. The fp16
+runs round weights, activations and every backward signal to fp16 and keep fp32 master
+weights: ``MasterWeights`` and ``mixed_precision_step`` (unscale, skip on overflow, step,
+refresh) from :mod:`normlab.precision`, with a ``StaticLossScaler(1)`` or a
+``DynamicLossScaler``. Dimension letters: B = batch, F = input features, H = hidden width.
 """
 
 from __future__ import annotations
@@ -22,11 +25,16 @@ from typing import Any
 
 import numpy as np
 
-from normlab.lab.plotting import new_figure
-from normlab.lab.result import Check, ExperimentResult, Progress, Settings
+from normlab.lab.experiments._loss_scaling_figures import (
+    plot_flush,
+    plot_histogram,
+    plot_training,
+)
+from normlab.lab.result import Check, ExperimentResult, NullProgress, Progress, Settings
+from normlab.lab.tables import markdown_table
 from normlab.lab.training import single_threaded
 from normlab.nn import Linear, Parameter, ReLU
-from normlab.nn.optim import SGD
+from normlab.nn.optim import AdamW
 from normlab.precision import (
     FLOAT16,
     FLOAT32,
@@ -37,85 +45,131 @@ from normlab.precision import (
     quantize,
 )
 
-__all__ = ["LOSS_WEIGHT", "NAME", "SCALE_EXPONENTS", "TITLE", "gradient_sample", "run"]
+__all__ = [
+    "DETECTS",
+    "NAME",
+    "SCALE_EXPONENTS",
+    "TITLE",
+    "checks",
+    "gradient_sample",
+    "measure",
+    "run",
+    "tables",
+]
 
 NAME = "loss_scaling"
 TITLE = "fp16 gradients and loss scaling (Micikevicius et al. 2017)"
+DETECTS = (
+    "dynamic loss scaler that never backs off (every step overflows and is skipped)",
+    "loss scale fixed at 1 (no scaling)",
+)
 
-LOSS_WEIGHT = 2.0**-20  # makes the gradients small; the learning rate is divided by it
-SCALE_EXPONENTS = tuple(range(0, 47, 2))  # S = 2^0 ... 2^46
-_LR = 0.05  # effective learning rate (lr / LOSS_WEIGHT is what SGD sees)
-_STALL_MAX = 0.1  # fp16 without scaling: loss falls by < 10% of what fp32 achieves
-_MATCH_TOL = 0.05  # dynamic scaler: final loss within 5% of fp32's
-_F16_TINY = 2.0**-24  # fp16 smallest subnormal
-_F16_NORMAL = 2.0**-14  # fp16 smallest normal
-_F16_MAX = 65504.0
+SCALE_EXPONENTS = tuple(range(0, 41, 2))  # S = 2^0 ... 2^40
+INIT_SCALE, GROWTH_INTERVAL = 2.0**24, 50  # the dynamic scaler's start and growth interval
+_LR = 0.01  # Adam learning rate (all three runs; Adam is blind to the gradients' scale)
+_DEPTH = 3  # hidden layers
+_OUTPUTS = 64  # K targets per example: the loss is a mean over B x K values
+_PART = (0.05, 0.95)  # "part" of the gradients flush: between 5% and 95% at S = 1
+_APPLIED_MIN = 0.9  # the scaled run must apply at least 90% of its steps
+_DROP_MIN = 0.9  # ... and its loss must fall by at least 90% of fp32's fall
+_GAP_MIN = 0.1  # unscaled fp16 "falls behind": final loss >= 10% above fp32's
+_SAVED_MAX = 0.01  # at the dynamic scaler's median scale at most 1% of the values flush
+_SAMPLE_EVERY = 10  # gradient histogram: every backward signal of every 10th fp32 step
+_F16_TINY, _F16_NORMAL, _F16_MAX = 2.0**-24, 2.0**-14, 65504.0
 
 
 class _Net:
-    """Linear-ReLU-Linear-ReLU-Linear with an optional fp16 rounding after every op."""
+    """A deep ReLU MLP with an optional fp16 rounding after every op."""
 
     def __init__(self, f: int, h: int, rng: np.random.Generator) -> None:
-        self.layers: list[Any] = [
-            Linear(f, h, rng=rng), ReLU(), Linear(h, h, rng=rng), ReLU(), Linear(h, 1, rng=rng)
-        ]
+        self.layers: list[Any] = []
+        fan_in = f
+        for _ in range(_DEPTH):
+            self.layers += [Linear(fan_in, h, rng=rng), ReLU()]
+            fan_in = h
+        self.layers.append(Linear(h, _OUTPUTS, rng=rng))
         self.params: list[Parameter] = [p for lay in self.layers for p in lay.parameters()]
 
-    def _round(self, a: np.ndarray, fp16: bool) -> np.ndarray:
-        return quantize(a, FLOAT16) if fp16 else a
+    def forward(self, x: np.ndarray) -> np.ndarray:
+        """The output in float32 (no rounding, no backward)."""
+        h = x
+        for lay in self.layers:
+            h = lay.forward(h)
+        return h
 
     def loss_and_grads(self, x: np.ndarray, y: np.ndarray, scale: float, fp16: bool,
                        keep: list[np.ndarray] | None = None) -> float:
-        """Forward and backward of ``scale * LOSS_WEIGHT * 0.5 mean (f(x) - y)^2``.
+        """Forward and backward of ``scale * 0.5 mean (f(x) - y)^2``; returns the loss.
 
-        The weights are used as they are (a fp16 working copy when training in fp16);
-        gradients land in each parameter's ``.grad``; ``keep`` collects every backward
-        signal. Returns the unweighted loss 0.5 mean (f(x) - y)^2.
+        Gradients land in each parameter's ``.grad``; ``keep`` collects every backward
+        signal (the loss gradient, each activation gradient, each weight gradient).
         """
+        rnd = (lambda a: quantize(a, FLOAT16)) if fp16 else (lambda a: a)
         for p in self.params:
             p.grad = None
-        h = self._round(x, fp16)  # B,F
+        h = rnd(x)  # B,F
         for lay in self.layers:
-            h = self._round(lay.forward(h), fp16)
-        err = h[:, 0].astype(np.float64) - y  # B
-        # d(loss)/d(out), formed in float32 and rounded to fp16: the first flush happens here.
-        with np.errstate(over="ignore", invalid="ignore"):
-            d = (np.float32(scale * LOSS_WEIGHT) * (err / err.size).astype(np.float32))[:, None]
-            d = self._round(d.astype(np.float32), fp16)  # B,1
-            if keep is not None:
-                keep.append(d.ravel())
+            h = rnd(lay.forward(h))
+        err = h.astype(np.float64) - y  # B,K
+        with np.errstate(over="ignore", invalid="ignore"):  # overflow is what S may cause
+            d = rnd(np.float32(scale) * (err / err.size).astype(np.float32))  # B,K
+            signals = [d]
             for lay in reversed(self.layers):
-                d = self._round(np.asarray(lay.backward(d), dtype=np.float32), fp16)
-                if keep is not None:
-                    keep.append(d.ravel())
+                d = rnd(np.asarray(lay.backward(d), dtype=np.float32))
+                signals.append(d)
             for p in self.params:
                 assert p.grad is not None
-                p.grad = self._round(p.grad.astype(np.float32), fp16)
-                if keep is not None:
-                    keep.append(p.grad.ravel())
+                p.grad = rnd(p.grad.astype(np.float32))
+                signals.append(p.grad)
+        if keep is not None:
+            keep.extend(s.ravel().copy() for s in signals)
         return float(0.5 * np.mean(err**2))
 
 
 def _data(settings: Settings) -> tuple[np.ndarray, np.ndarray, int, int]:
-    f, h, b = settings.pick((16, 32, 64), (16, 64, 128), (32, 128, 256))
+    f, h, b = settings.pick((16, 32, 256), (16, 48, 512), (32, 64, 1024))
     rng = np.random.default_rng([settings.seed, 4])
     x = rng.standard_normal((b, f)).astype(np.float32)  # B,F
-    teacher = rng.standard_normal(f) / np.sqrt(f)  # F
-    y = np.tanh(2.0 * x.astype(np.float64) @ teacher)  # B
+    teacher = _Net(f, h, rng)  # same architecture: the student can fit it exactly
+    y = teacher.forward(x).astype(np.float64)  # B,K
     return x, y, f, h
 
 
-def gradient_sample(settings: Settings) -> np.ndarray:
-    """Every backward signal of the fp32 network at initialisation (loss weighted), float32.
-
-    The activation gradients, the loss gradient and the weight gradients of one batch,
-    concatenated; exact zeros (ReLU) included.
-    """
+def _train(settings: Settings, mode: str, steps: int, progress: Progress,
+           keep: list[np.ndarray] | None = None) -> dict[str, Any]:
+    """Full-batch SGD in ``mode`` = "fp32", "fp16" (no scaling) or "fp16+scaler"."""
     x, y, f, h = _data(settings)
     net = _Net(f, h, np.random.default_rng([settings.seed, 40]))
+    fp16 = mode != "fp32"
+    master = MasterWeights(net.params, FLOAT16 if fp16 else FLOAT32)  # fp32 masters
+    opt = AdamW(master.masters, lr=_LR, weight_decay=0.0)
+    scaler: DynamicLossScaler | StaticLossScaler = StaticLossScaler(1.0)
+    if mode == "fp16+scaler":
+        scaler = DynamicLossScaler(init_scale=INIT_SCALE, growth_interval=GROWTH_INTERVAL)
+    losses, scales, skipped = [], [], 0
+    for t in range(steps):
+        scales.append(scaler.scale)
+        sample = keep if keep is not None and t % _SAMPLE_EVERY == 0 else None
+        losses.append(net.loss_and_grads(x, y, scaler.scale, fp16=fp16, keep=sample))
+        # unscale, skip on overflow, step the fp32 masters, refresh the working copy
+        skipped += mixed_precision_step(master, opt, scaler).skipped
+        progress.advance()
+    losses.append(net.loss_and_grads(x, y, 1.0, fp16=fp16))  # after the last step
+    return {"loss": np.array(losses), "scale": np.array(scales), "skipped": skipped}
+
+
+def gradient_sample(settings: Settings, progress: Progress | None = None) -> np.ndarray:
+    """Every backward signal of every 10th step of the fp32 run (as Figure 3), float32.
+
+    Exact zeros (ReLU) included; the same values :func:`measure` histograms.
+    """
     keep: list[np.ndarray] = []
-    net.loss_and_grads(x, y, 1.0, fp16=False, keep=keep)
+    _train(settings, "fp32", _steps(settings), progress or NullProgress(), keep)
     return np.concatenate(keep).astype(np.float32)
+
+
+def _steps(settings: Settings) -> int:
+    return int(settings.pick(200, 400, 1200))
 
 
 def _flush_table(g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -130,167 +184,129 @@ def _flush_table(g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.array(flushed), np.array(overflow)
 
 
-def _train(settings: Settings, mode: str, steps: int, progress: Progress) -> dict[str, Any]:
-    """Full-batch SGD in ``mode`` = "fp32", "fp16" (no scaling) or "fp16+scaler"."""
-    x, y, f, h = _data(settings)
-    net = _Net(f, h, np.random.default_rng([settings.seed, 40]))
-    fp16 = mode != "fp32"
-    master = MasterWeights(net.params, FLOAT16 if fp16 else FLOAT32)  # fp32 masters
-    opt = SGD(master.masters, lr=_LR / LOSS_WEIGHT)
-    scaler: DynamicLossScaler | StaticLossScaler = StaticLossScaler(1.0)
-    if mode == "fp16+scaler":
-        scaler = DynamicLossScaler(init_scale=2.0**40, growth_interval=50)
-    losses, scales, applied, skipped = [], [], [], 0
-    for t in range(steps):
-        scale = scaler.scale
-        losses.append(net.loss_and_grads(x, y, scale, fp16=fp16))
-        applied.append(t - skipped)  # optimizer updates made before this loss was measured
-        scales.append(scale)
-        # unscale, skip on overflow, step the fp32 masters, refresh the working copy
-        skipped += mixed_precision_step(master, opt, scaler).skipped
-        progress.advance()
-    return {"loss": np.array(losses), "scale": np.array(scales), "skipped": skipped,
-            "applied": applied[-1]}
-
-
-def _plot_histogram(g: np.ndarray, scale: float) -> Any:
-    fig, ax = new_figure(width=7.0, height=5.0)
-    nz = np.abs(g[g != 0]).astype(np.float64)
-    bins = np.arange(np.floor(np.log2(nz.min())) - 1, np.log2(nz.max() * scale) + 2, 0.5)
-    ax.hist(np.log2(nz), bins=bins, color="tab:blue", alpha=0.8, label="|g| (fp32)")
-    ax.hist(np.log2(nz * scale), bins=bins, histtype="step", color="tab:purple", lw=1.5,
-            label=f"|g| * S, S = 2^{int(np.log2(scale))} (the dynamic scaler's median)")
-    ax.axvspan(bins[0], -25, color="tab:red", alpha=0.15, label="flushed to 0 in fp16 (<= 2^-25)")
-    ax.axvspan(-25, np.log2(_F16_NORMAL), color="tab:orange", alpha=0.15,
-               label="fp16 subnormals (2^-24 ... 2^-14)")
-    ax.axvspan(np.log2(_F16_NORMAL), np.log2(_F16_MAX), color="tab:green", alpha=0.1,
-               label="fp16 normals (2^-14 ... 65504)")
-    ax.set(xlabel="log2 |gradient value|", ylabel="count (nonzero values)",
-           title=f"Backward signals of a small MLP, loss weighted by 2^{int(np.log2(LOSS_WEIGHT))}")
-    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
-    return fig
-
-
-def _plot_flush(flushed: np.ndarray, overflow: np.ndarray) -> Any:
-    fig, ax = new_figure()
-    s = 2.0 ** np.array(SCALE_EXPONENTS)
-    ax.plot(s, 100 * flushed, marker="o", label="flushed to zero")
-    ax.plot(s, 100 * overflow, marker="s", label="overflow to inf")
-    ax.set(xscale="log", xlabel="loss scale S", ylabel="% of nonzero gradients",
-           title="fp16 fate of the gradients g * S")
-    ax.set_xscale("log", base=2)
-    ax.legend()
-    return fig
-
-
-def _plot_training(runs: dict[str, dict[str, Any]]) -> Any:
-    fig, (ax0, ax1) = new_figure(1, 2)
-    for mode, out in runs.items():
-        ax0.plot(np.arange(1, out["loss"].size + 1), out["loss"], label=mode)
-    ax0.set(yscale="log", xlabel="step", ylabel="training loss (MSE, unweighted)",
-            title="Training with a tiny loss")
-    ax0.legend()
-    tr = runs["fp16+scaler"]["scale"]
-    ax1.plot(np.arange(1, tr.size + 1), tr, color="tab:purple")
-    ax1.set(xlabel="step", ylabel="loss scale S", title="Dynamic loss scale trace")
-    ax1.set_yscale("log", base=2)
-    return fig
-
-
-def run(settings: Settings, progress: Progress) -> ExperimentResult:
-    """Histogram, flushed fraction against S, and three training runs."""
-    with single_threaded():  # tiny arrays: threads would only wait on each other
-        return _run(settings, progress)
-
-
-def _run(settings: Settings, progress: Progress) -> ExperimentResult:
-    steps = settings.pick(200, 500, 1500)
+def measure(settings: Settings, progress: Progress) -> dict[str, Any]:
+    """Three training runs, the fp32 run's gradients and their fp16 fate per scale."""
+    steps = _steps(settings)
     progress.start(3 * steps, "loss scaling")
-    g = gradient_sample(settings)
+    keep: list[np.ndarray] = []
+    runs = {"fp32": _train(settings, "fp32", steps, progress, keep)}
+    for mode in ("fp16", "fp16+scaler"):
+        runs[mode] = _train(settings, mode, steps, progress)
+    g = np.concatenate(keep).astype(np.float32)
     nz = g[g != 0]
     flushed, overflow = _flush_table(g)
     first_over = next((i for i, o in enumerate(overflow) if o > 0), len(overflow))
+    drop = {m: float(r["loss"][0] - r["loss"][-1]) for m, r in runs.items()}
+    return {
+        "steps": steps, "runs": runs, "g": g, "nonzero": int(nz.size),
+        "flushed": flushed, "overflow": overflow, "first_over": first_over,
+        "subnormal": float(np.mean((np.abs(nz) >= _F16_TINY / 2) & (np.abs(nz) < _F16_NORMAL))),
+        "drop": drop, "applied": 1.0 - runs["fp16+scaler"]["skipped"] / steps,
+        "median_scale": float(np.median(runs["fp16+scaler"]["scale"])),
+    }
+
+
+def checks(m: dict[str, Any]) -> list[Check]:
+    """Each criterion reads only the measured numbers ``m`` (see :func:`measure`)."""
+    flushed, first_over = m["flushed"], m["first_over"]
     before = flushed[:first_over]
-    monotone = bool(np.all(np.diff(before) <= 0))
-    modes = ("fp32", "fp16", "fp16+scaler")
-    runs = {mode: _train(settings, mode, steps, progress) for mode in modes}
-    l32, l16, lsc = (runs[m]["loss"] for m in ("fp32", "fp16", "fp16+scaler"))
-    drop32 = l32[0] - l32[-1]
-    stall = (l16[0] - l16[-1]) / drop32
-    # a skipped step makes no update: compare after the same number of updates (fp32 skips none)
-    same = int(runs["fp16+scaler"]["applied"])
-    match = abs(lsc[-1] - l32[same]) / l32[same]
-    best = int(np.argmin(flushed[:first_over])) if first_over else 0
-    median_scale = float(np.median(runs["fp16+scaler"]["scale"]))
-    checks = [
+    best = int(np.argmin(before)) if first_over else 0
+    final = {k: float(r["loss"][-1]) for k, r in m["runs"].items()}
+    gap16 = final["fp16"] / final["fp32"] - 1.0
+    drop_ratio = m["drop"]["fp16+scaler"] / m["drop"]["fp32"]
+    k_med = int(np.argmin(np.abs(np.array(SCALE_EXPONENTS) - np.log2(m["median_scale"]))))
+    saved = float(flushed[k_med])
+    src = "Micikevicius et al. 2017, section 3.2"
+    return [
         Check(
             source="Micikevicius et al. 2017, Figure 3",
-            claim="Many gradient values lie below fp16's smallest subnormal and become zero.",
-            criterion="at S = 1 at least 25% of the nonzero gradients flush to zero in fp16",
+            claim="Part of the gradients seen in training lie below fp16's smallest "
+            "subnormal and become zero, while fp16's range above them goes unused.",
+            criterion=f"at S = 1 between {100 * _PART[0]:g}% and {100 * _PART[1]:g}% of the "
+            "nonzero gradients of the fp32 run flush to zero in fp16, and none overflows",
             measured=f"{100 * flushed[0]:.1f}% flushed at S = 1",
-            passed=bool(flushed[0] >= 0.25),
+            passed=bool(_PART[0] <= flushed[0] <= _PART[1] and m["overflow"][0] == 0),
             values={"flushed_at_1": float(flushed[0])},
         ),
         Check(
-            source="Micikevicius et al. 2017, section 3.2",
+            source=src,
             claim="Scaling the loss by S shifts the gradients into fp16's range; the flushed "
             "fraction cannot grow with S until values overflow.",
             criterion="flushed fraction non-increasing in S for every S below the first overflow",
             measured=f"{100 * flushed[0]:.1f}% at S=1 -> {100 * flushed[best]:.2f}% at "
             f"S=2^{SCALE_EXPONENTS[best]}; first overflow at "
-            + (f"S=2^{SCALE_EXPONENTS[first_over]}" if first_over < len(overflow) else "none"),
-            passed=monotone and first_over > 1,
+            + (f"S=2^{SCALE_EXPONENTS[first_over]}" if first_over < len(flushed) else "none"),
+            passed=bool(np.all(np.diff(before) <= 0) and first_over > 1),
             values={"scale_exponents": list(SCALE_EXPONENTS), "flushed": flushed.tolist(),
-                    "overflow": overflow.tolist()},
+                    "overflow": m["overflow"].tolist()},
         ),
         Check(
-            source="Micikevicius et al. 2017, section 3.2",
-            claim="Without loss scaling, fp16 training with such small gradients stalls.",
-            criterion=f"fp16 (no scaling) loss falls by < {int(_STALL_MAX * 100)}% of the "
-            "fall of the fp32 run",
-            measured=f"{100 * stall:.1f}% of fp32's fall",
-            passed=bool(stall < _STALL_MAX),
-            values={"fraction_of_fp32_drop": float(stall)},
+            source=src,
+            claim="Without loss scaling, the flushed gradients are lost and fp16 training "
+            "falls behind fp32.",
+            criterion=f"unscaled fp16's final loss >= {100 * _GAP_MIN:g}% above fp32's "
+            "(NOT REPRODUCED otherwise: the claim is the paper's, the numbers are ours)",
+            measured=f"final loss fp16 {final['fp16']:.4g} vs fp32 {final['fp32']:.4g} "
+            f"({100 * gap16:+.1f}%)",
+            passed=bool(gap16 >= _GAP_MIN),
+            values={"relative_gap": gap16, "final": final},
+            if_false="NOT REPRODUCED",
         ),
         Check(
-            source="Micikevicius et al. 2017, section 3.2",
-            claim="With (dynamic) loss scaling, fp16 training matches fp32.",
-            criterion=f"final loss within {int(_MATCH_TOL * 100)}% of the fp32 run's after the "
-            "same number of applied updates (overflowing steps are skipped)",
-            measured=f"fp32 {l32[same]:.4g}, fp16+scaler {lsc[-1]:.4g} ({100 * match:.2f}% "
-            f"apart) after {same} updates; {runs['fp16+scaler']['skipped']} steps skipped",
-            passed=bool(match <= _MATCH_TOL),
-            values={"fp32_same_updates": float(l32[same]), "scaled_final": float(lsc[-1]),
-                    "updates": same, "relative_gap": float(match)},
+            source=src,
+            claim="With dynamic loss scaling the gradients move into fp16's range and fp16 "
+            "training matches fp32.",
+            criterion=f"at the scaler's median scale <= {100 * _SAVED_MAX:g}% of the gradients "
+            f"flush, >= {100 * _APPLIED_MIN:g}% of the steps are applied (not skipped for "
+            f"overflow) and the loss falls >= {100 * _DROP_MIN:g}% as far as fp32's",
+            measured=f"{100 * saved:.2f}% flushed at S = 2^{SCALE_EXPONENTS[k_med]}; "
+            f"{100 * m['applied']:.1f}% applied; loss fall {100 * drop_ratio:.1f}% of fp32's "
+            f"(final {final['fp16+scaler']:.4g} vs {final['fp32']:.4g})",
+            passed=bool(saved <= _SAVED_MAX and m["applied"] >= _APPLIED_MIN
+                        and drop_ratio >= _DROP_MIN),
+            values={"flushed_at_median_scale": saved, "applied_fraction": m["applied"],
+                    "drop_ratio": drop_ratio},
         ),
     ]
-    rows = ["| run | initial loss | final loss | skipped steps |", "|---|---|---|---|"]
-    for mode, out in runs.items():
-        rows.append(f"| {mode} | {out['loss'][0]:.4g} | {out['loss'][-1]:.4g} | {out['skipped']} |")
-    frac_sub = float(np.mean((np.abs(nz) >= _F16_TINY / 2) & (np.abs(nz) < _F16_NORMAL)))
+
+
+def tables(m: dict[str, Any]) -> list[str]:
+    """One row per run: losses and skipped steps."""
+    rows = [[mode, f"{r['loss'][0]:.4g}", f"{r['loss'][-1]:.4g}", r["skipped"]]
+            for mode, r in m["runs"].items()]
+    return [markdown_table(["run", "initial loss", "final loss", "skipped steps"], rows)]
+
+
+def run(settings: Settings, progress: Progress) -> ExperimentResult:
+    """Histogram, flushed fraction against S, and three training runs."""
+    with single_threaded():  # tiny arrays: threads would only wait on each other
+        m = measure(settings, progress)
+    runs = m["runs"]
     summary = (
-        f"A 3-layer ReLU MLP, loss weighted by 2^{int(np.log2(LOSS_WEIGHT))} (learning rate "
-        f"divided by the same factor), trained {steps} full-batch SGD steps. "
-        f"{len(nz)} nonzero gradient values at initialisation: {100 * flushed[0]:.1f}% flush to "
-        f"zero and {100 * frac_sub:.1f}% are fp16 subnormals without scaling. The dynamic "
-        "scaler starts at 2^40 (GradScaler's rules, growth every 50 clean steps)."
+        f"A {_DEPTH}-hidden-layer ReLU MLP trained {m['steps']} full-batch SGD steps (lr "
+        f"{_LR:g}) on the mean squared error, no factor on the loss. {m['nonzero']} nonzero "
+        f"backward signals collected every {_SAMPLE_EVERY}th step of the fp32 run: "
+        f"{100 * m['flushed'][0]:.1f}% flush to zero and {100 * m['subnormal']:.1f}% are fp16 "
+        f"subnormals without scaling. The dynamic scaler starts at 2^{int(np.log2(INIT_SCALE))} "
+        f"(GradScaler's rules, growth every {GROWTH_INTERVAL} clean steps)."
     )
     return ExperimentResult(
-        name=NAME, title=TITLE, seed=settings.seed, summary=summary, checks=checks,
-        figures={"histogram": _plot_histogram(g, median_scale),
-                 "flushed": _plot_flush(flushed, overflow),
-                 "training": _plot_training(runs)},
-        tables=["\n".join(rows)],
+        name=NAME, title=TITLE, seed=settings.seed, summary=summary, checks=checks(m),
+        figures={"histogram": plot_histogram(m["g"], m["median_scale"]),
+                 "flushed": plot_flush(SCALE_EXPONENTS, m["flushed"], m["overflow"]),
+                 "training": plot_training(runs)},
+        tables=tables(m),
         metrics={
-            "loss_weight": LOSS_WEIGHT,
-            "nonzero_gradients": int(nz.size),
+            "nonzero_gradients": m["nonzero"],
             "scale_exponents": list(SCALE_EXPONENTS),
-            "flushed_fraction": flushed.tolist(),
-            "overflow_fraction": overflow.tolist(),
-            "final_loss": {m: float(out["loss"][-1]) for m, out in runs.items()},
+            "flushed_fraction": m["flushed"].tolist(),
+            "overflow_fraction": m["overflow"].tolist(),
+            "final_loss": {k: float(r["loss"][-1]) for k, r in runs.items()},
             "scale_trace": runs["fp16+scaler"]["scale"].tolist(),
             "skipped_steps": runs["fp16+scaler"]["skipped"],
+            "applied_fraction": m["applied"],
         },
-        settings={"steps": steps, "loss_weight": f"2^{int(np.log2(LOSS_WEIGHT))}",
-                  "init_scale": "2^40", "growth_interval": 50, "learning_rate": _LR},
+        settings={"steps": m["steps"], "depth": _DEPTH, "init_scale":
+                  f"2^{int(np.log2(INIT_SCALE))}", "growth_interval": GROWTH_INTERVAL,
+                  "learning_rate": _LR},
     )

@@ -58,7 +58,7 @@ def _not_reproduced(check: Check) -> Check:
     """Mark a paper claim whose failure means "not reproduced here", not a broken library
     (the lab's ``Check.if_false`` where the lab has it)."""
     if hasattr(Check, "if_false"):
-        check.if_false = "NOT REPRODUCED"  # type: ignore[attr-defined]
+        check.if_false = "NOT REPRODUCED"
     return check
 
 

@@ -135,10 +135,11 @@ def _checks(backend: str, err: dict[str, float], tm: dict[str, float]) -> list[C
         Check(src, f"{backend}: RMSNorm is faster than LayerNorm",
               "median t_LN / t_RMS > 1 (forward + backward, this CPU)",
               f"ratio {r:.3f} (LN {tm['ln_s'] * 1e3:.2f} ms, RMS {tm['rms_s'] * 1e3:.2f} ms)",
-              r > 1.0, dict(tm)),
+              r > 1.0, dict(tm), if_false="NOT REPRODUCED"),
         Check(src, f"{backend}: the running time falls by 7% to 64% (whole models, GPUs)",
               f"1 - t_RMS / t_LN in [7%, 64%] (ratio in [{lo:.3f}, {hi:.2f}])",
-              f"{100 * cut:.1f}% (ratio {r:.3f})", lo <= r <= hi, {"reduction": cut}),
+              f"{100 * cut:.1f}% (ratio {r:.3f})", lo <= r <= hi, {"reduction": cut},
+              if_false="NOT REPRODUCED"),
     ]  # fmt: skip
 
 

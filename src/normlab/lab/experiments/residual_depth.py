@@ -186,17 +186,18 @@ def _checks(depths: tuple[int, ...], upd: dict, chg: dict) -> list[Check]:
         Check(src_u, "Post-LN: the model update of one step grows with depth",
               f"log-log slope of ||ΔF|| vs {ns} >= {POST_UPDATE_MIN_SLOPE}",
               f"slope {su['post']:+.3f}", su["post"] >= POST_UPDATE_MIN_SLOPE,
-              {"slope": su["post"], "update": upd["post"].tolist()}),
+              {"slope": su["post"], "update": upd["post"].tolist()}, if_false="NOT REPRODUCED"),
         Check(src_u, "DeepNorm: the model update stays bounded (O(eta)) as depth grows",
               f"slope <= {DEEPNORM_UPDATE_MAX_SLOPE} and ||ΔF|| at N = {big} below Post-LN's",
               f"slope {su['deepnorm']:+.3f}; N = {big}: {upd['deepnorm'][-1]:.3g} vs Post-LN "
               f"{upd['post'][-1]:.3g}",
               su["deepnorm"] <= DEEPNORM_UPDATE_MAX_SLOPE and deep_below,
-              {"slope": su["deepnorm"], "update": upd["deepnorm"].tolist()}),
+              {"slope": su["deepnorm"], "update": upd["deepnorm"].tolist()},
+              if_false="NOT REPRODUCED"),
         Check(src_c, "Post-LN: output change under a parameter perturbation is O(N)",
               f"log-log slope of E||ΔF||²/C vs {ns} in [{lo}, {hi}]",
               f"slope {sc['post']:+.3f}", lo <= sc["post"] <= hi,
-              {"slope": sc["post"], "change": chg["post"].tolist()}),
+              {"slope": sc["post"], "change": chg["post"].tolist()}, if_false="NOT REPRODUCED"),
         Check(src_c, "Pre-LN: output change is O(log N)",
               f"slope <= {LOG_CHANGE_MAX_SLOPE} (ln N: local slope 0.26-0.56 for N = 6..48)",
               f"slope {sc['pre']:+.3f}", sc["pre"] <= LOG_CHANGE_MAX_SLOPE,
@@ -204,7 +205,7 @@ def _checks(depths: tuple[int, ...], upd: dict, chg: dict) -> list[Check]:
         Check(src_c, "Admin (omega from output-variance profiling): output change is O(log N)",
               f"slope <= {LOG_CHANGE_MAX_SLOPE}",
               f"slope {sc['admin']:+.3f}", sc["admin"] <= LOG_CHANGE_MAX_SLOPE,
-              {"slope": sc["admin"], "change": chg["admin"].tolist()}),
+              {"slope": sc["admin"], "change": chg["admin"].tolist()}, if_false="NOT REPRODUCED"),
     ]  # fmt: skip
 
 

@@ -7,27 +7,36 @@ recover from, and a warmup stage is needed; the Pre-LN Transformer's gradients a
 behaved and it trains without warmup.
 
 Setup: a character-level TransformerLM (LayerNorm, ReLU MLP) on the shipped prose corpus,
-AdamW (betas 0.9/0.98, no weight decay) at a large peak learning rate, an optional linear
-warmup over the first fifth of the steps, and a linear decay to a tenth of the peak. Four
-configurations, each over several seeds: Post-LN or Pre-LN, with or without warmup. A run
-"diverged" when its loss became NaN/inf, "stalled" when its validation loss stays within
-0.1 nat of the unigram entropy (it learned letter frequencies only), and "trained"
-otherwise. Dimension letters: T = steps, R = runs.
+AdamW (betas 0.9/0.98, no weight decay), an optional linear warmup over the first fifth of
+the steps, and a linear decay to a tenth of the peak. Four configurations (Post-LN or
+Pre-LN, with or without warmup) over several seeds at the peak learning rate PEAK_LR, and
+an lr sweep of the three configurations the paper compares (Post-LN with and without
+warmup, Pre-LN without) that states where each claim holds. The paper's second half, that
+Pre-LN without warmup reaches results *comparable* to Post-LN with warmup, is tested on
+the best validation loss of each over the sweep, and reported NOT REPRODUCED when the
+numbers say so. A run "diverged" when its loss became NaN/inf, "stalled" when its
+validation loss stays within 0.1 nat of the unigram entropy (it learned letter
+frequencies only), and "trained" otherwise. Run k of report seed s draws from the
+generators ``[s, k, 2]`` (weights) and ``[s, k, 3]`` (batches): seeds never overlap
+between reports. Dimension letters: T = steps, R = runs.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
 
 from normlab.lab.plotting import new_figure
 from normlab.lab.result import Check, ExperimentResult, Progress, Settings
+from normlab.lab.tables import markdown_table
 from normlab.lab.training import CharCorpus, TrainLog, load_corpus, single_threaded, train_lm
 from normlab.nn import TransformerLM
 
-__all__ = ["CONFIGS", "NAME", "PEAK_LR", "TITLE", "run", "unigram_entropy"]
+__all__ = ["CONFIGS", "DETECTS", "NAME", "PEAK_LR", "TITLE", "run", "unigram_entropy"]
 
+DETECTS = ("Pre-LN and Post-LN placements swapped in the residual block",)
 NAME = "training_stability"
 TITLE = "Post-LN vs Pre-LN training, with and without warmup (Xiong et al. 2020)"
 
@@ -37,6 +46,8 @@ CONFIGS = (("post", False), ("post", True), ("pre", False), ("pre", True))  # (p
 _STALL_NATS = 0.1  # within this of the unigram entropy: only letter frequencies learned
 _LEARNED_NATS = 0.2  # "trains fine": at least this far below the unigram entropy
 _GAP_NATS = 0.15  # "trains worse": at least this much above the comparison run
+_COMPARABLE_NATS = 0.1  # "comparable": best Pre-LN (no warmup) within this of best Post-LN+warmup
+SWEEP_CONFIGS = (("post", False), ("post", True), ("pre", False))
 
 
 def unigram_entropy(ids: np.ndarray) -> float:
@@ -60,29 +71,144 @@ def _status(log: TrainLog, entropy: float) -> str:
     return "stalled" if log.valid_loss >= entropy - _STALL_NATS else "trained"
 
 
-def _sizes(settings: Settings) -> dict[str, int]:
-    return dict(
-        zip(
-            ("steps", "seeds", "d", "layers", "context", "batch"),
-            settings.pick((200, 1, 32, 4, 32, 16), (300, 3, 32, 4, 32, 16),
-                          (500, 5, 32, 4, 32, 16)),
-            strict=True,
-        )
-    )
+def _sizes(settings: Settings) -> dict[str, Any]:
+    keys = ("steps", "seeds", "d", "layers", "context", "batch", "lrs")
+    return dict(zip(keys, settings.pick(
+        (200, 1, 32, 4, 32, 16, (0.03,)),  # quick: the multi-seed lr only (smoke size)
+        (250, 2, 32, 4, 32, 16, (0.003, 0.01, 0.02, 0.03, 0.06)),
+        (500, 5, 32, 4, 32, 16, (0.001, 0.003, 0.01, 0.015, 0.02, 0.03, 0.05, 0.1)),
+    ), strict=True))
 
 
-def _run_one(corpus: CharCorpus, sz: dict[str, int], placement: str, warmup: bool, seed: int,
-             progress: Progress) -> TrainLog:
+def _run_one(corpus: CharCorpus, sz: dict[str, Any], placement: str, warmup: bool,
+             seed: tuple[int, int], lr: float, progress: Progress) -> TrainLog:
+    """One training run; ``seed`` = (report seed, run index) names its two generators."""
     model = TransformerLM(
         corpus.vocab, sz["d"], max(1, sz["d"] // 16), sz["layers"], sz["context"],
-        placement, "layer", rng=np.random.default_rng([seed, 2]), activation="relu",
+        placement, "layer", rng=np.random.default_rng([*seed, 2]), activation="relu",
     )
-    return train_lm(
+    log = train_lm(
         model, corpus, steps=sz["steps"], batch=sz["batch"], context=sz["context"],
-        peak_lr=PEAK_LR, warmup=sz["steps"] // 5 if warmup else 0,
-        final_lr_fraction=FINAL_LR_FRACTION, rng=np.random.default_rng([seed, 3]),
+        peak_lr=lr, warmup=sz["steps"] // 5 if warmup else 0,
+        final_lr_fraction=FINAL_LR_FRACTION, rng=np.random.default_rng([*seed, 3]),
         on_step=progress.advance,
     )
+    if log.diverged:  # the loop stopped early: finish this run's share of the bar
+        progress.advance(sum(1 for v in log.train_loss if np.isnan(v)))
+    return log
+
+
+def _final(log: TrainLog) -> float:
+    return math.inf if log.diverged else log.valid_loss
+
+
+def measure(settings: Settings, progress: Progress) -> dict[str, Any]:
+    """Seeds at PEAK_LR (4 configurations), then the lr sweep (run 0 at PEAK_LR reused)."""
+    sz = _sizes(settings)
+    corpus = load_corpus()
+    others = [lr for lr in sz["lrs"] if lr != PEAK_LR]
+    # Pre-LN with warmup is shown, not judged: the quick size leaves it out
+    configs = SWEEP_CONFIGS if settings.size == "quick" else CONFIGS
+    progress.start((len(configs) * sz["seeds"] + len(SWEEP_CONFIGS) * len(others)) * sz["steps"],
+                   "training stability")
+    logs: dict[tuple[str, bool], list[TrainLog]] = {key: [] for key in configs}
+    for k in range(sz["seeds"]):
+        for key in configs:
+            logs[key].append(_run_one(corpus, sz, *key, (settings.seed, k), PEAK_LR, progress))
+    sweep: dict[tuple[str, bool], dict[float, float]] = {}
+    for key in SWEEP_CONFIGS:
+        sweep[key] = {PEAK_LR: _final(logs[key][0])} if PEAK_LR in sz["lrs"] else {}
+        for lr in others:  # run index 0: the same weights and batches as the seed-0 run
+            sweep[key][lr] = _final(_run_one(corpus, sz, *key, (settings.seed, 0), lr, progress))
+        sweep[key] = dict(sorted(sweep[key].items()))
+    return {
+        "sizes": sz, "corpus": corpus, "entropy": unigram_entropy(corpus.split()[0]),
+        "logs": logs, "sweep": sweep,
+        "final": {key: np.array([_final(lg) for lg in runs]) for key, runs in logs.items()},
+    }
+
+
+def _window(sweep: dict[tuple[str, bool], dict[float, float]]) -> list[float]:
+    """The swept lrs at which Post-LN without warmup ends >= _GAP_NATS above Pre-LN."""
+    post, pre = sweep[("post", False)], sweep[("pre", False)]
+    return [lr for lr in post if post[lr] >= pre[lr] + _GAP_NATS]
+
+
+def checks(m: dict[str, Any]) -> list[Check]:
+    """Each criterion reads only the measured numbers ``m`` (see :func:`measure`)."""
+    final, sweep, entropy = m["final"], m["sweep"], m["entropy"]
+    post0, post1, pre0 = final[("post", False)], final[("post", True)], final[("pre", False)]
+    pre_sweep = np.array([v for lr, v in sweep[("pre", False)].items() if lr <= PEAK_LR])
+    window = _window(sweep)
+    held = f"lr {', '.join(f'{lr:g}' for lr in window)}" if window else "no swept lr"
+    best_pre = min(sweep[("pre", False)].values())
+    best_post = min(sweep[("post", True)].values())
+    return [
+        Check(
+            source="Xiong et al. 2020, section 4",
+            claim="The Pre-LN Transformer trains without learning-rate warmup.",
+            criterion=f"Pre-LN without warmup: validation loss <= unigram entropy - "
+            f"{_LEARNED_NATS} nats for every seed at lr {PEAK_LR:g} and every swept lr <= "
+            f"{PEAK_LR:g} (entropy {entropy:.3f})",
+            measured="valid " + ", ".join(_fmt(v) for v in pre0) + "; sweep "
+            + ", ".join(_fmt(v) for v in pre_sweep),
+            passed=bool(np.all(pre0 <= entropy - _LEARNED_NATS)
+                        and np.all(pre_sweep <= entropy - _LEARNED_NATS)),
+            values={"valid_loss": _jsonable(pre0), "unigram_entropy": entropy},
+        ),
+        Check(
+            source="Xiong et al. 2020, sections 3.1 and 4",
+            claim="Without warmup, the Post-LN Transformer trains worse than Pre-LN or "
+            f"diverges: here that holds at {held} of {_lrs(sweep)}.",
+            criterion=f"at lr {PEAK_LR:g}, for every seed, Post-LN without warmup diverges or "
+            f"ends >= {_GAP_NATS} nats above Pre-LN without warmup",
+            measured="Post-LN " + ", ".join(_fmt(v) for v in post0)
+            + " vs Pre-LN " + ", ".join(_fmt(v) for v in pre0),
+            passed=bool(np.all(post0 >= pre0 + _GAP_NATS)),
+            values={"post_no_warmup": _jsonable(post0), "pre_no_warmup": _jsonable(pre0),
+                    "window": window},
+        ),
+        Check(
+            source="Xiong et al. 2020, section 3.1 (Vaswani et al. 2017's warmup)",
+            claim="Learning-rate warmup is what lets the Post-LN Transformer train.",
+            criterion=f"at lr {PEAK_LR:g}, for every seed, Post-LN with warmup ends >= "
+            f"{_GAP_NATS} nats below Post-LN without warmup",
+            measured="with warmup " + ", ".join(_fmt(v) for v in post1)
+            + " vs without " + ", ".join(_fmt(v) for v in post0),
+            passed=bool(np.all(post1 + _GAP_NATS <= post0)),
+            values={"post_warmup": _jsonable(post1), "post_no_warmup": _jsonable(post0)},
+        ),
+        Check(
+            source="Xiong et al. 2020, abstract and section 4",
+            claim="Pre-LN without warmup reaches results comparable to Post-LN with warmup.",
+            criterion=f"best validation loss over the swept lrs: Pre-LN without warmup within "
+            f"{_COMPARABLE_NATS} nats of Post-LN with warmup (or better)",
+            measured=f"Pre-LN, no warmup {_fmt(best_pre)}; Post-LN, warmup {_fmt(best_post)} "
+            f"({best_pre - best_post:+.3f} nats)",
+            passed=bool(best_pre <= best_post + _COMPARABLE_NATS),
+            values={"best_pre_no_warmup": _jsonable(np.array([best_pre]))[0],
+                    "best_post_warmup": _jsonable(np.array([best_post]))[0]},
+            if_false="NOT REPRODUCED",
+        ),
+    ]
+
+
+def tables(m: dict[str, Any]) -> list[str]:
+    """Validation loss per seed at PEAK_LR, and the lr sweep."""
+    rows = [[_label(*key), ", ".join(_fmt(v) for v in m["final"][key]),
+             ", ".join(_status(lg, m["entropy"]) for lg in runs)]
+            for key, runs in m["logs"].items()]
+    seeds = markdown_table([f"configuration (lr {PEAK_LR:g})", "validation loss per seed",
+                            "outcome"], rows)
+    lrs = sorted({lr for v in m["sweep"].values() for lr in v})
+    sweep = markdown_table(["configuration", *(f"lr {lr:g}" for lr in lrs)],
+                           [[_label(*key), *(_fmt(v[lr]) for lr in lrs)]
+                            for key, v in m["sweep"].items()])
+    return [seeds, sweep]
+
+
+def _lrs(sweep: dict[tuple[str, bool], dict[float, float]]) -> str:
+    return "lr " + ", ".join(f"{lr:g}" for lr in sorted({x for v in sweep.values() for x in v}))
 
 
 def _smooth(curve: np.ndarray, width: int = 10) -> np.ndarray:
@@ -91,15 +217,19 @@ def _smooth(curve: np.ndarray, width: int = 10) -> np.ndarray:
     return np.convolve(curve, kernel, mode="valid")
 
 
+_COLORS = {("post", False): "tab:red", ("post", True): "tab:orange",
+           ("pre", False): "tab:blue", ("pre", True): "tab:cyan"}
+_LINES = {("post", False): ("-", "o"), ("post", True): ("--", "s"),
+          ("pre", False): (":", "^"), ("pre", True): ("-.", "v")}
+
+
 def _plot(logs: dict[tuple[str, bool], list[TrainLog]], entropy: float) -> Any:
     fig, ax = new_figure(width=7.5, height=4.6)
-    colors = {("post", False): "tab:red", ("post", True): "tab:orange",
-              ("pre", False): "tab:blue", ("pre", True): "tab:cyan"}
     for key, runs in logs.items():
         for i, log in enumerate(runs):
             curve = _smooth(np.asarray(log.train_loss))
             first = i == 0
-            ax.plot(np.arange(curve.size) + 10, curve, color=colors[key],
+            ax.plot(np.arange(curve.size) + 10, curve, color=_COLORS[key], ls=_LINES[key][0],
                     alpha=1.0 if first else 0.35, lw=1.6 if first else 0.9,
                     label=_label(*key) if first else None)
     ax.axhline(entropy, color="k", ls=":", label=f"unigram entropy {entropy:.2f}")
@@ -109,88 +239,57 @@ def _plot(logs: dict[tuple[str, bool], list[TrainLog]], entropy: float) -> Any:
     return fig
 
 
+def _plot_sweep(sweep: dict[tuple[str, bool], dict[float, float]], entropy: float) -> Any:
+    fig, ax = new_figure(width=7.0, height=4.4)
+    top = entropy + 0.3  # where a diverged run is drawn
+    for key, by_lr in sweep.items():
+        lrs = np.array(list(by_lr))
+        v = np.array([min(x, top) for x in by_lr.values()])
+        ls, marker = _LINES[key]
+        ax.plot(lrs, v, color=_COLORS[key], ls=ls, marker=marker, label=_label(*key))
+    ax.axhline(entropy, color="k", ls=":", label=f"unigram entropy {entropy:.2f}")
+    ax.axhline(top, color="0.6", ls="-", lw=0.8, label="diverged (drawn here)")
+    ax.axvline(PEAK_LR, color="0.6", ls="--", lw=0.8)
+    ax.set(xscale="log", xlabel="AdamW peak learning rate", ylabel="validation loss (nats)",
+           title="Learning-rate sweep (seed run 0; dashed line: the multi-seed lr)")
+    ax.legend(fontsize=8)
+    return fig
+
+
 def run(settings: Settings, progress: Progress) -> ExperimentResult:
-    """Train the four configurations over several seeds and compare their final losses."""
+    """Train the configurations over seeds and lrs, then judge (module docstring)."""
     with single_threaded():  # tiny arrays: threads would only wait on each other
-        return _run(settings, progress)
-
-
-def _run(settings: Settings, progress: Progress) -> ExperimentResult:
-    sz = _sizes(settings)
-    corpus = load_corpus()
-    entropy = unigram_entropy(corpus.split()[0])
-    seeds = [settings.seed + k for k in range(sz["seeds"])]
-    progress.start(len(CONFIGS) * len(seeds) * sz["steps"], "training stability")
-    logs: dict[tuple[str, bool], list[TrainLog]] = {key: [] for key in CONFIGS}
-    for seed in seeds:
-        for key in CONFIGS:
-            log = _run_one(corpus, sz, *key, seed, progress)
-            if log.diverged:  # the loop stopped early: finish this run's share of the bar
-                progress.advance(sum(1 for v in log.train_loss if np.isnan(v)))
-            logs[key].append(log)
-    final = {key: np.array([lg.valid_loss if not lg.diverged else np.inf for lg in runs])
-             for key, runs in logs.items()}  # R per configuration; inf = diverged
-    post0, post1, pre0 = final[("post", False)], final[("post", True)], final[("pre", False)]
-    checks = [
-        Check(
-            source="Xiong et al. 2020, section 4",
-            claim="The Pre-LN Transformer trains without learning-rate warmup.",
-            criterion=f"Pre-LN without warmup: validation loss <= unigram entropy - "
-            f"{_LEARNED_NATS} nats for every seed (entropy {entropy:.3f})",
-            measured="valid " + ", ".join(f"{v:.3f}" for v in pre0),
-            passed=bool(np.all(pre0 <= entropy - _LEARNED_NATS)),
-            values={"valid_loss": pre0.tolist(), "unigram_entropy": entropy},
-        ),
-        Check(
-            source="Xiong et al. 2020, sections 3.1 and 4",
-            claim="At a learning rate where Pre-LN trains fine without warmup, the Post-LN "
-            "Transformer without warmup trains worse or diverges.",
-            criterion=f"for every seed, Post-LN without warmup diverges or ends >= {_GAP_NATS} "
-            "nats above Pre-LN without warmup",
-            measured="Post-LN " + ", ".join(_fmt(v) for v in post0)
-            + " vs Pre-LN " + ", ".join(_fmt(v) for v in pre0),
-            passed=bool(np.all(post0 >= pre0 + _GAP_NATS)),
-            values={"post_no_warmup": _jsonable(post0), "pre_no_warmup": pre0.tolist()},
-        ),
-        Check(
-            source="Xiong et al. 2020, section 3.1 (Vaswani et al. 2017's warmup)",
-            claim="Learning-rate warmup is what lets the Post-LN Transformer train.",
-            criterion=f"for every seed, Post-LN with warmup ends >= {_GAP_NATS} nats below "
-            "Post-LN without warmup",
-            measured="with warmup " + ", ".join(_fmt(v) for v in post1)
-            + " vs without " + ", ".join(_fmt(v) for v in post0),
-            passed=bool(np.all(post1 + _GAP_NATS <= post0)),
-            values={"post_warmup": _jsonable(post1), "post_no_warmup": _jsonable(post0)},
-        ),
-    ]
-    rows = ["| configuration | validation loss per seed | outcome |", "|---|---|---|"]
-    status: dict[str, list[str]] = {}
-    for key, runs in logs.items():
-        status[_label(*key)] = [_status(lg, entropy) for lg in runs]
-        cells = ", ".join(_fmt(v) for v in final[key])
-        rows.append(f"| {_label(*key)} | {cells} | {', '.join(status[_label(*key)])} |")
+        m = measure(settings, progress)
+    sz, corpus = m["sizes"], m["corpus"]
     summary = (
         f"A {sz['layers']}-layer character-level Transformer LM (width {sz['d']}, context "
-        f"{sz['context']}, batch {sz['batch']}) trained {sz['steps']} AdamW steps at peak "
-        f"learning rate {PEAK_LR:g} on the shipped corpus ({corpus.ids.size} characters, "
-        f"{corpus.vocab} symbols), seeds {seeds}. Warmup is linear over the first "
-        f"{sz['steps'] // 5} steps; every run then decays linearly to {FINAL_LR_FRACTION:g} of the "
-        f"peak at the last step. The unigram entropy {entropy:.3f} nats is the loss of a "
-        "model that only learned letter frequencies."
+        f"{sz['context']}, batch {sz['batch']}) trained {sz['steps']} AdamW steps on the "
+        f"shipped corpus ({corpus.ids.size} characters, {corpus.vocab} symbols): four "
+        f"configurations x {sz['seeds']} seed(s) at peak lr {PEAK_LR:g}, and {_lrs(m['sweep'])} "
+        f"for three of them. Warmup is linear over the first {sz['steps'] // 5} steps; every "
+        f"run then decays linearly to {FINAL_LR_FRACTION:g} of the peak at the last step. The "
+        f"unigram entropy {m['entropy']:.3f} nats is the loss of a model that only learned "
+        "letter frequencies."
     )
     return ExperimentResult(
-        name=NAME, title=TITLE, seed=settings.seed, summary=summary, checks=checks,
-        figures={"loss_curves": _plot(logs, entropy)},
-        tables=["\n".join(rows)],
+        name=NAME, title=TITLE, seed=settings.seed, summary=summary, checks=checks(m),
+        figures={"loss_curves": _plot(m["logs"], m["entropy"]),
+                 "lr_sweep": _plot_sweep(m["sweep"], m["entropy"])},
+        tables=tables(m),
         metrics={
-            "unigram_entropy": entropy,
-            "valid_loss": {_label(*k): _jsonable(v) for k, v in final.items()},
-            "outcome": status,
+            "unigram_entropy": m["entropy"],
+            "valid_loss": {_label(*k): _jsonable(v) for k, v in m["final"].items()},
+            "outcome": {_label(*k): [_status(lg, m["entropy"]) for lg in runs]
+                        for k, runs in m["logs"].items()},
+            "lr_sweep": {_label(*k): {f"{lr:g}": _jsonable(np.array([v]))[0]
+                                      for lr, v in by.items()} for k, by in m["sweep"].items()},
             "train_loss": {_label(*k): [_jsonable(np.asarray(lg.train_loss)) for lg in runs]
-                           for k, runs in logs.items()},
+                           for k, runs in m["logs"].items()},
         },
-        settings={**sz, "peak_lr": PEAK_LR, "final_lr_fraction": FINAL_LR_FRACTION,
-                  "warmup_steps": sz["steps"] // 5, "seeds": seeds},
+        settings={**{k: v for k, v in sz.items() if k != "lrs"}, "lrs": list(sz["lrs"]),
+                  "peak_lr": PEAK_LR, "final_lr_fraction": FINAL_LR_FRACTION,
+                  "warmup_steps": sz["steps"] // 5,
+                  "runs": f"[seed, k] for k < {sz['seeds']}"},
     )
 
 

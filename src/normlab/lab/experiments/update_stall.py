@@ -22,6 +22,7 @@ import numpy as np
 
 from normlab.lab.plotting import new_figure
 from normlab.lab.result import Check, ExperimentResult, Progress, Settings
+from normlab.lab.tables import markdown_table
 from normlab.lab.training import single_threaded
 from normlab.nn import Parameter
 from normlab.precision import (
@@ -33,11 +34,15 @@ from normlab.precision import (
     quantize,
 )
 
-__all__ = ["NAME", "TITLE", "run", "swamping_ratio"]
+__all__ = ["DETECTS", "NAME", "TITLE", "checks", "measure", "run", "swamping_ratio", "tables"]
 
 NAME = "update_stall"
 TITLE = "bf16 weight updates that stall (Micikevicius et al. 2017; Zamirai et al. 2020)"
 
+DETECTS = (
+    "master weights off (the fp32 master copy rounded to bf16 after each step)",
+    "stochastic rounding replaced by round-to-nearest",
+)
 MODES = ("nearest", "master", "kahan", "stochastic")
 _LABELS = {
     "nearest": "bf16, round to nearest",
@@ -45,11 +50,24 @@ _LABELS = {
     "kahan": "bf16 + Kahan summation",
     "stochastic": "bf16 + stochastic rounding",
 }
+# lines that lie on top of each other (master, Kahan, SR) differ in dash and marker
+_STYLE: dict[str, dict[str, Any]] = {
+    "nearest": {"ls": "-", "marker": "o"},
+    "master": {"ls": "-", "marker": "s", "lw": 2.5, "alpha": 0.6},
+    "kahan": {"ls": "--", "marker": "^"},
+    "stochastic": {"ls": ":", "marker": "x"},
+}
 _LRS = (0.2, 0.04, 0.008)  # each step 5x smaller than the one before
 _GROWTH_MIN = 2.5  # round-to-nearest error must grow at least this much per 5x smaller step
 _ABOVE_FLOOR_MIN = 5.0  # "well above the floor": at least 5x the storage floor
-_WITHIN_FLOOR = 1.5  # master / Kahan / stochastic: within 1.5x of the floor
-_TAIL = 0.25  # the error is averaged over the weights of the last quarter of the steps
+# master / Kahan / stochastic: the stored (last-step) weights within 2x the floor. Why 2: a
+# weight w*_i at fraction f of the way between its bf16 neighbours has squared error
+# min(f, 1-f)^2 ulp^2 when rounded to nearest (mean 1/12 over f), and (f^2 + (1-f)^2)/2
+# (mean 1/3) when it sits on either neighbour by a fair coin, so a method that ends on a
+# bf16 neighbour of w*, not necessarily the nearest, has RMS error sqrt(4) = 2x the floor;
+# SR and Kahan lean towards the nearer neighbour, so their expected ratio is below 2.
+_WITHIN_FLOOR = 2.0
+_TAIL = 0.25  # also reported: the error of the weights averaged over the last quarter
 
 
 def swamping_ratio(fmt: Format, x: float = 1.0) -> int:
@@ -135,28 +153,24 @@ def _plot(curves: dict[str, np.ndarray], lr: float, table: dict[str, list[float]
           floor: float) -> Any:
     fig, (ax0, ax1) = new_figure(1, 2)
     for mode in MODES:
-        ax0.plot(np.arange(1, curves[mode].size + 1), curves[mode] / floor, label=_LABELS[mode])
+        ax0.plot(np.arange(1, curves[mode].size + 1), curves[mode] / floor, label=_LABELS[mode],
+                 **_STYLE[mode], markevery=0.1)
     ax0.axhline(1.0, color="k", ls=":", label="bf16 storage floor")
     ax0.set(xscale="log", yscale="log", xlabel="step", ylabel="RMS error of w / storage floor",
             title=f"Least squares, step size {lr:g}")
     ax0.legend(fontsize=8)
     for mode in MODES:
-        ax1.plot(_LRS, np.array(table[mode]) / floor, marker="o", label=_LABELS[mode])
+        ax1.plot(_LRS, np.array(table[mode]) / floor, label=_LABELS[mode], **_STYLE[mode])
     ax1.axhline(1.0, color="k", ls=":", label="bf16 storage floor")
     ax1.set(xscale="log", yscale="log", xlabel="step size (learning rate)",
-            ylabel="error after convergence / storage floor",
+            ylabel="error of the stored weights / storage floor",
             title="Error left when the updates stop")
     ax1.legend(fontsize=8)
     return fig
 
 
-def run(settings: Settings, progress: Progress) -> ExperimentResult:
-    """Run the least-squares comparison and measure the swamping thresholds."""
-    with single_threaded():  # tiny arrays: threads would only wait on each other
-        return _run(settings, progress)
-
-
-def _run(settings: Settings, progress: Progress) -> ExperimentResult:
+def measure(settings: Settings, progress: Progress) -> dict[str, Any]:
+    """Descend with every storage mode at every step size; the swamping thresholds."""
     d = settings.pick(32, 64, 256)
     rng = np.random.default_rng(settings.seed)
     a, b, w_star = _problem(rng, d)
@@ -175,11 +189,18 @@ def _run(settings: Settings, progress: Progress) -> ExperimentResult:
             if lr == _LRS[-1]:
                 curves[mode] = out["curve"]
             progress.advance()
+    swamp = {"fp16": swamping_ratio(FLOAT16), "bf16": swamping_ratio(BFLOAT16)}
+    return {"d": d, "floor": floor, "errors": errors, "finals": finals, "curves": curves,
+            "swamp": swamp}
+
+
+def checks(m: dict[str, Any]) -> list[Check]:
+    """Each criterion reads only the measured numbers ``m`` (see :func:`measure`)."""
+    floor, errors, finals, swamp = m["floor"], m["errors"], m["finals"], m["swamp"]
     near = np.array(errors["nearest"])
     growth = near[1:] / near[:-1]
-    worst = {m: max(errors[m]) / floor for m in MODES}
-    swamp = {"fp16": swamping_ratio(FLOAT16), "bf16": swamping_ratio(BFLOAT16)}
-    checks = [
+    worst = {mode: max(finals[mode]) / floor for mode in MODES}  # the stored weights
+    found = [
         Check(
             source="Micikevicius et al. 2017, section 3.1",
             claim="With low-precision weights, updates below half an ulp are lost, so the "
@@ -201,19 +222,22 @@ def _run(settings: Settings, progress: Progress) -> ExperimentResult:
         ),
     ]
     for mode in ("master", "kahan", "stochastic"):
-        checks.append(
+        found.append(
             Check(
                 source="Micikevicius et al. 2017, section 3.1" if mode == "master"
                 else "Zamirai et al. 2020",
                 claim=f"With {_LABELS[mode]} the weights reach the accuracy bf16 can store.",
-                criterion=f"error (averaged over the last {int(_TAIL * 100)}% of the steps) <= "
-                f"{_WITHIN_FLOOR}x the bf16 storage floor at every step size",
-                measured=f"worst {worst[mode]:.2f}x the floor",
+                criterion=f"error of the stored weights after the last step <= {_WITHIN_FLOOR}x "
+                "the bf16 storage floor at every step size (2x: a bf16 neighbour of w*, "
+                "either one)",
+                measured=f"last step: worst {worst[mode]:.2f}x the floor (tail average "
+                f"{max(errors[mode]) / floor:.2f}x)",
                 passed=bool(worst[mode] <= _WITHIN_FLOOR),
-                values={"ratio_to_floor": [e / floor for e in errors[mode]]},
+                values={"ratio_to_floor": [e / floor for e in finals[mode]],
+                        "tail_ratio_to_floor": [e / floor for e in errors[mode]]},
             )
         )
-    checks.append(
+    found.append(
         Check(
             source="Micikevicius et al. 2017, section 3.1",
             claim="An update is lost when the weight is 2048x larger (fp16); bf16's 7 "
@@ -225,29 +249,42 @@ def _run(settings: Settings, progress: Progress) -> ExperimentResult:
             values=dict(swamp),
         )
     )
-    header = "| weights | " + " | ".join(f"lr {lr:g}: tail (last)" for lr in _LRS) + " |"
-    rows = [header, "|---" * (len(_LRS) + 1) + "|"]
-    for mode in MODES:
-        pairs = zip(errors[mode], finals[mode], strict=True)
-        cells = [f"{e / floor:.2f}x ({f / floor:.2f}x)" for e, f in pairs]
-        rows.append(f"| {_LABELS[mode]} | " + " | ".join(cells) + " |")
+    return found
+
+
+def tables(m: dict[str, Any]) -> list[str]:
+    """Error of each storage mode at each step size, last step and tail average."""
+    floor, errors, finals = m["floor"], m["errors"], m["finals"]
+    header = ["weights", *(f"lr {lr:g}: last step (tail)" for lr in _LRS)]
+    rows = [[_LABELS[mode], *(f"{f / floor:.2f}x ({e / floor:.2f}x)"
+                               for e, f in zip(errors[mode], finals[mode], strict=True))]
+            for mode in MODES]
+    return [markdown_table(header, rows)]
+
+
+def run(settings: Settings, progress: Progress) -> ExperimentResult:
+    """Run the least-squares comparison and measure the swamping thresholds."""
+    with single_threaded():  # tiny arrays: threads would only wait on each other
+        m = measure(settings, progress)
+    d, floor = m["d"], m["floor"]
     summary = (
         f"Gradient descent on a {4 * d}x{d} least-squares problem with the weights kept in "
-        "bf16 four ways. Errors are RMS distances to the exact solution, averaged over the "
-        f"weights of the last {int(_TAIL * 100)}% of the steps (the last step alone in "
-        "parentheses; dithering methods sit between the two bf16 neighbours of w*), in units "
-        f"of the bf16 storage floor {floor:.3g} (RMS error of w* rounded to bf16)."
+        "bf16 four ways. Errors are RMS distances to the exact solution of the weights stored "
+        f"after the last step (in parentheses: of the weights averaged over the last "
+        f"{int(_TAIL * 100)}% of the steps; dithering methods sit between the two bf16 "
+        f"neighbours of w*), in units of the bf16 storage floor {floor:.3g} (RMS error of w* "
+        "rounded to bf16)."
     )
     return ExperimentResult(
-        name=NAME, title=TITLE, seed=settings.seed, summary=summary, checks=checks,
-        figures={"errors": _plot(curves, _LRS[-1], errors, floor)},
-        tables=["\n".join(rows)],
+        name=NAME, title=TITLE, seed=settings.seed, summary=summary, checks=checks(m),
+        figures={"errors": _plot(m["curves"], _LRS[-1], m["finals"], floor)},
+        tables=tables(m),
         metrics={
             "storage_floor": floor,
             "learning_rates": list(_LRS),
-            "tail_error": errors,
-            "final_error": finals,
-            "swamping_ratio": swamp,
+            "tail_error": m["errors"],
+            "final_error": m["finals"],
+            "swamping_ratio": m["swamp"],
         },
         settings={"d": d, "n": 4 * d, "learning_rates": list(_LRS), "tail_fraction": _TAIL},
     )

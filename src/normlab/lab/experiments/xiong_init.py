@@ -37,11 +37,13 @@ import numpy as np
 
 from normlab.lab.experiments._xiong_figures import xiong_figures
 from normlab.lab.result import Check, ExperimentResult, Progress, Settings
+from normlab.lab.tables import markdown_table
 from normlab.lab.training import on_references
 from normlab.nn import LayerNorm, Linear, TransformerBlock, softmax_cross_entropy
 
-__all__ = ["DEPTHS", "NAME", "TITLE", "last_ffn_grad_norms", "lemma2_profile", "run"]
+__all__ = ["DEPTHS", "DETECTS", "NAME", "TITLE", "last_ffn_grad_norms", "lemma2_profile", "run"]
 
+DETECTS = ("Pre-LN and Post-LN placements swapped in the residual block",)
 NAME = "xiong_init"
 TITLE = "Post-LN vs Pre-LN at initialization (Xiong et al. 2020, Lemma 2 and Theorem 1)"
 DEPTHS = (6, 12, 24, 48)
@@ -151,8 +153,8 @@ def _slope(depths: tuple[int, ...], values: np.ndarray) -> float:
     return float(np.polyfit(np.log(depths), np.log(values), 1)[0])
 
 
-def _run(settings: Settings, progress: Progress) -> ExperimentResult:
-    """Measure Lemma 2's norms and Theorem 1's gradient-vs-depth slopes."""
+def measure(settings: Settings, progress: Progress) -> dict[str, Any]:
+    """Lemma 2's norms and Theorem 1's gradient norms over depth, over seeds."""
     d_lemma, layers = 512, 12
     n_lemma = settings.pick(5, 8, 16)
     d_thm = settings.pick(128, 256, 512)
@@ -179,14 +181,26 @@ def _run(settings: Settings, progress: Progress) -> ExperimentResult:
             progress.advance()
         grads[placement] = np.array(per_token)  # seeds, depths
         full[placement] = np.array(whole)  # seeds, depths
-    post, pre = lemma["post"].mean(axis=0), lemma["pre"].mean(axis=0)
+    return {
+        "d_lemma": d_lemma, "layers": layers, "n_lemma": n_lemma, "d_thm": d_thm,
+        "n_thm": n_thm, "batch": batch, "lemma": lemma, "grads": grads, "full": full,
+        "mismatch": mismatch, "post": lemma["post"].mean(axis=0),
+        "pre": lemma["pre"].mean(axis=0),
+        "slope_post": _slope(DEPTHS, grads["post"].mean(axis=0)),
+        "slope_pre": _slope(DEPTHS, grads["pre"].mean(axis=0)),
+    }
+
+
+def checks(m: dict[str, Any]) -> list[Check]:
+    """Each criterion reads only the measured numbers ``m`` (see :func:`measure`)."""
+    post, pre, layers, d_lemma = m["post"], m["pre"], m["layers"], m["d_lemma"]
+    n_lemma, batch, n_thm, d_thm = m["n_lemma"], m["batch"], m["n_thm"], m["d_thm"]
+    slope_post, slope_pre, grads = m["slope_post"], m["slope_pre"], m["grads"]
     ls = np.arange(1, layers + 1)
     post_dev = float(np.max(np.abs(post - POST_TARGET)))
     pre_ok = bool(np.all((pre >= 1 + ls / 2) & (pre <= 1 + 3 * ls / 2)))
-    slope_post = _slope(DEPTHS, grads["post"].mean(axis=0))
-    slope_pre = _slope(DEPTHS, grads["pre"].mean(axis=0))
     src2, src_t = "Xiong et al. 2020, Lemma 2", "Xiong et al. 2020, Theorem 1"
-    checks = [
+    return [
         Check(
             src2,
             "Post-LN: E||x^{post,5}_l||² = 3d/2 at every layer",
@@ -224,23 +238,32 @@ def _run(settings: Settings, progress: Progress) -> ExperimentResult:
             {"slope": slope_pre, "grad_norms": grads["pre"].mean(axis=0).tolist()},
         ),
     ]
-    table = ["| l | Post-LN ||x^{post,5}_l||²/d | Pre-LN ||x_l||²/d | Pre-LN bounds |"]
-    table.append("|---|---|---|---|")
-    for i in range(layers):
-        l = i + 1
-        table.append(f"| {l} | {post[i]:.3f} | {pre[i]:.2f} | [{1 + l / 2:g}, {1 + 3 * l / 2:g}] |")
-    gt = [
-        "| L | Post-LN per token | Pre-LN per token | Post-LN mean loss | Pre-LN mean loss |",
-        "|---|---|---|---|---|",
-    ]
-    for j, depth in enumerate(DEPTHS):
-        cells = [grads["post"], grads["pre"], full["post"], full["pre"]]
-        gt.append(f"| {depth} | " + " | ".join(f"{c[:, j].mean():.4g}" for c in cells) + " |")
-    slopes_full = {k: _slope(DEPTHS, v.mean(axis=0)) for k, v in full.items()}
-    gt.append(
-        f"| slope | {slope_post:+.3f} | {slope_pre:+.3f} | {slopes_full['post']:+.3f} "
-        f"| {slopes_full['pre']:+.3f} |"
+
+
+def tables(m: dict[str, Any]) -> list[str]:
+    """Lemma 2 per layer; Theorem 1 per depth with the slopes."""
+    post, pre, grads, full = m["post"], m["pre"], m["grads"], m["full"]
+    table = markdown_table(
+        ["l", "Post-LN ||x^{post,5}_l||²/d", "Pre-LN ||x_l||²/d", "Pre-LN bounds"],
+        [[i + 1, f"{post[i]:.3f}", f"{pre[i]:.2f}", f"[{1 + (i + 1) / 2:g}, {1 + 1.5 * (i + 1):g}]"]
+         for i in range(m["layers"])],
     )
+    cells = [grads["post"], grads["pre"], full["post"], full["pre"]]
+    slopes_full = {k: _slope(DEPTHS, v.mean(axis=0)) for k, v in full.items()}
+    gt = markdown_table(
+        ["L", "Post-LN per token", "Pre-LN per token", "Post-LN mean loss", "Pre-LN mean loss"],
+        [[depth, *(f"{c[:, j].mean():.4g}" for c in cells)] for j, depth in enumerate(DEPTHS)]
+        + [["slope", f"{m['slope_post']:+.3f}", f"{m['slope_pre']:+.3f}",
+            f"{slopes_full['post']:+.3f}", f"{slopes_full['pre']:+.3f}"]],
+    )
+    return [table, gt]
+
+
+def _run(settings: Settings, progress: Progress) -> ExperimentResult:
+    """Measure Lemma 2's norms and Theorem 1's gradient-vs-depth slopes, then judge."""
+    m = measure(settings, progress)
+    grads, full = m["grads"], m["full"]
+    slopes_full = {k: _slope(DEPTHS, v.mean(axis=0)) for k, v in full.items()}
     return ExperimentResult(
         name=NAME,
         title=TITLE,
@@ -256,33 +279,33 @@ def _run(settings: Settings, progress: Progress) -> ExperimentResult:
             "the library's backward, whose Post-LN slope drifts upward because tokens grow "
             "alike with depth (their gradients add coherently)."
         ),
-        checks=checks,
-        figures=xiong_figures(d_lemma, lemma, d_thm, grads, DEPTHS, (POST_TARGET, POST_TOL)),
-        tables=["\n".join(table), "\n".join(gt)],
+        checks=checks(m),
+        figures=xiong_figures(m["d_lemma"], m["lemma"], m["d_thm"], grads, DEPTHS,
+                              (POST_TARGET, POST_TOL)),
+        tables=tables(m),
         metrics={
-            "lemma2_post_per_layer": post.tolist(),
-            "lemma2_pre_per_layer": pre.tolist(),
+            "lemma2_post_per_layer": m["post"].tolist(),
+            "lemma2_pre_per_layer": m["pre"].tolist(),
             "theorem1_depths": list(DEPTHS),
             "theorem1_post_grad_norms": grads["post"].mean(axis=0).tolist(),
             "theorem1_pre_grad_norms": grads["pre"].mean(axis=0).tolist(),
-            "theorem1_post_slope": slope_post,
-            "theorem1_pre_slope": slope_pre,
+            "theorem1_post_slope": m["slope_post"],
+            "theorem1_pre_slope": m["slope_pre"],
             "theorem1_mean_loss_grad_norms": {k: v.mean(axis=0).tolist() for k, v in full.items()},
             "theorem1_mean_loss_slopes": slopes_full,
-            "backward_vs_direct_max_rel_mismatch": mismatch,
+            "backward_vs_direct_max_rel_mismatch": m["mismatch"],
         },
         settings={
-            "lemma2_d": d_lemma,
-            "lemma2_layers": layers,
-            "lemma2_seeds": n_lemma,
-            "theorem1_d": d_thm,
+            "lemma2_d": m["d_lemma"],
+            "lemma2_layers": m["layers"],
+            "lemma2_seeds": m["n_lemma"],
+            "theorem1_d": m["d_thm"],
             "theorem1_depths": list(DEPTHS),
-            "theorem1_seeds": n_thm,
-            "tokens_per_seed": batch * _T,
+            "theorem1_seeds": m["n_thm"],
+            "tokens_per_seed": m["batch"] * _T,
             "readout_classes": _V,
         },
     )
-
 
 
 @on_references
