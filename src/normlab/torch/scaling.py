@@ -18,12 +18,13 @@ correctly rounded on every device.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from normlab._validate import check_finite_real, check_int
+from normlab._validate import as_float_array, check_finite_real, check_int
 from normlab.precision.formats import Format
 from normlab.precision.fp8_scaling import DelayedScaling
 from normlab.torch._import import torch
@@ -225,3 +226,63 @@ class Fp8Meta:
             amax = last
         self.scale = _scale_from_amax(amax, self.scale, self.fmt.max, r.margin, r.update)
         self.scale_inv = _reciprocal(self.scale)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The state: ``amax_history`` (float32, L), ``scale``, ``scale_inv`` (0-d float32)
+        as copies on this meta's device, and ``role``, ``fp8_format``, ``amax_history_len``
+        (checked on load). The keys of :meth:`normlab.precision.Fp8Meta.state_dict`.
+
+        Example
+        -------
+        >>> from normlab.precision import DelayedScaling
+        >>> Fp8Meta(DelayedScaling(amax_history_len=2)).state_dict()["scale"]
+        tensor(1.)
+        """
+        return {"amax_history": self.amax_history.clone(), "scale": self.scale.clone(),
+                "scale_inv": self.scale_inv.clone(), "role": self.role,
+                "fp8_format": self.recipe.fp8_format,
+                "amax_history_len": int(self.recipe.amax_history_len)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore from :meth:`state_dict` or the NumPy twin's (tensors on any device,
+        arrays, 0-d arrays from ``np.load`` or floats); values move to this meta's device.
+
+        ``scale_inv`` is recomputed from ``scale``. Everything is validated before anything
+        changes: another history length, role or format, a history of the wrong shape or a
+        scale that is not a finite float32 > 0 raises ValueError/TypeError and leaves the
+        meta as it was.
+        """
+        history, scale = _checked_state(state, self)
+        dev = self.amax_history.device
+        self.amax_history = torch.from_numpy(history).to(dev)
+        self.scale = torch.tensor(scale, dtype=torch.float32, device=dev)
+        self.scale_inv = _reciprocal(self.scale)
+
+
+def _item(state: Mapping[str, Any], key: str) -> Any:
+    """``state[key]`` with tensors brought to NumPy and 0-d arrays to Python scalars."""
+    if not isinstance(state, Mapping) or key not in state:
+        got = sorted(state) if isinstance(state, Mapping) else repr(state)
+        raise ValueError(f"state must be a mapping with the key {key!r} (from state_dict()); "
+                         f"got keys {got}")
+    v = state[key]
+    if isinstance(v, torch.Tensor):
+        v = v.detach().cpu().numpy()
+    return v.item() if isinstance(v, np.ndarray) and v.ndim == 0 else v
+
+
+def _checked_state(state: Mapping[str, Any], meta: Fp8Meta) -> tuple[np.ndarray, float]:
+    """(history float32 (L,), scale) from a state dict, or ValueError/TypeError."""
+    for key, want in (("role", meta.role), ("fp8_format", meta.recipe.fp8_format),
+                      ("amax_history_len", meta.recipe.amax_history_len)):
+        got = _item(state, key)
+        if got != want or type(got) is bool:
+            raise ValueError(f"state[{key!r}] must equal this meta's {want!r}; got {got!r}")
+    h = as_float_array(_item(state, "amax_history"), "state['amax_history']")
+    if h.shape != (meta.recipe.amax_history_len,):
+        raise ValueError(f"state['amax_history'] must have shape "
+                         f"({meta.recipe.amax_history_len},); got {h.shape}")
+    scale = check_finite_real(_item(state, "scale"), "state['scale']")
+    if not 0 < scale <= _F32_MAX:
+        raise ValueError(f"state['scale'] must be a finite float32 > 0; got {scale!r}")
+    return np.ascontiguousarray(h, dtype=np.float32), float(np.float32(scale))
