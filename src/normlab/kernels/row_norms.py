@@ -41,6 +41,11 @@ def _rows_into(dest: np.ndarray | None, r: int, w: int, dtype: np.dtype) -> np.n
     return np.empty((r, w), dtype) if dest is None else dest.reshape(r, w)
 
 
+def _shaped(dest: np.ndarray | None, rows: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """The caller's ``out=`` buffer itself when given, else the (R, W) result reshaped."""
+    return rows.reshape(shape) if dest is None else dest
+
+
 def _grads_into(dest: tuple[Any, ...] | None, *grads: np.ndarray | None) -> tuple[Any, ...]:
     """Parameter gradients copied into their ``out=`` buffers where given."""
     if dest is None:
@@ -108,10 +113,14 @@ def layer_norm_backward(
 
 @register("add_layer_norm_backward")
 def add_layer_norm_backward(
-    dout: np.ndarray, dresidual: np.ndarray | None, cache: LayerNormCache
+    dout: np.ndarray, dresidual: np.ndarray | None, cache: LayerNormCache,
+    dest: tuple[Any, ...] | None = None,
 ) -> Any:
-    """Kernel of ``_add_layer_norm_backward_ref``: dresidual added in the dx sweep."""
-    return _ln_backward(dout, dresidual, cache)
+    """Kernel of ``_add_layer_norm_backward_ref``: dresidual added in the dx sweep.
+
+    ``dest``: as for LayerNorm's backward (dx never overlaps dresidual: validated).
+    """
+    return _ln_backward(dout, dresidual, cache, dest)
 
 
 @register("rms_norm_forward")
@@ -163,10 +172,11 @@ def rms_norm_backward(
 
 @register("add_rms_norm_backward")
 def add_rms_norm_backward(
-    dout: np.ndarray, dresidual: np.ndarray | None, cache: RMSNormCache
+    dout: np.ndarray, dresidual: np.ndarray | None, cache: RMSNormCache,
+    dest: tuple[Any, ...] | None = None,
 ) -> Any:
-    """Kernel of ``_add_rms_norm_backward_ref``."""
-    return _rms_backward(dout, dresidual, cache)
+    """Kernel of ``_add_rms_norm_backward_ref`` (``dest``: as for the LayerNorm one)."""
+    return _rms_backward(dout, dresidual, cache, dest)
 
 
 @register("add_layer_norm_forward")
@@ -177,20 +187,25 @@ def add_layer_norm_forward(
     beta: np.ndarray | None,
     eps: float,
     k: int,
+    dest: tuple[Any, ...] = (None, None),
 ) -> Any:
-    """Kernel of ``_add_layer_norm_forward_ref``: the sum and its norm in one sweep."""
+    """Kernel of ``_add_layer_norm_forward_ref``: the sum and its norm in one sweep.
+
+    ``dest`` (validated ``out=`` buffers): written in place; either may be x or residual
+    (row r of x and residual is read into s before row r of out is written).
+    """
     if not same_dtype(x, residual, gamma, beta):
         return NotImplemented
     x2, res2 = rows_of(x, k), rows_of(residual, k)  # (R, W)
     r, w = x2.shape
-    s, out = np.empty((r, w), x.dtype), np.empty((r, w), x.dtype)
+    s, out = _rows_into(dest[1], r, w, x.dtype), _rows_into(dest[0], r, w, x.dtype)
     mean, rstd = np.empty(r, x.dtype), np.empty(r, x.dtype)
     g, b = vec(gamma, w, x.dtype, 1.0), vec(beta, w, x.dtype, 0.0)
     launch(jit.add_layer_norm_fwd, x2.size, x2, res2, g, b, eps, s, out, mean, rstd)
     lead = x.shape[: x.ndim - k]
-    s = s.reshape(x.shape)
+    s = _shaped(dest[1], s, x.shape)
     cache = LayerNormCache(s, gamma, beta, mean.reshape(lead), rstd.reshape(lead), eps, k)
-    return out.reshape(x.shape), s, cache
+    return _shaped(dest[0], out, x.shape), s, cache
 
 
 @register("add_rms_norm_forward")
@@ -201,15 +216,17 @@ def add_rms_norm_forward(
     eps: float,
     offset: float,
     k: int,
+    dest: tuple[Any, ...] = (None, None),
 ) -> Any:
-    """Kernel of ``_add_rms_norm_forward_ref``."""
+    """Kernel of ``_add_rms_norm_forward_ref`` (``dest``: as for the LayerNorm one)."""
     if not same_dtype(x, residual, weight):
         return NotImplemented
     x2, res2 = rows_of(x, k), rows_of(residual, k)  # (R, W)
     r, w = x2.shape
-    s, out, rstd = np.empty((r, w), x.dtype), np.empty((r, w), x.dtype), np.empty(r, x.dtype)
+    s, out = _rows_into(dest[1], r, w, x.dtype), _rows_into(dest[0], r, w, x.dtype)
+    rstd = np.empty(r, x.dtype)  # (R,)
     gain = _gain(weight, offset, w, x.dtype)  # (W,)
     launch(jit.add_rms_norm_fwd, x2.size, x2, res2, gain, eps, s, out, rstd)
-    s = s.reshape(x.shape)
+    s = _shaped(dest[1], s, x.shape)
     cache = RMSNormCache(s, weight, rstd.reshape(x.shape[: x.ndim - k]), eps, offset, k)
-    return out.reshape(x.shape), s, cache
+    return _shaped(dest[0], out, x.shape), s, cache

@@ -9,6 +9,12 @@ work. Aliasing: the forward's ``out`` must not overlap x (the cache keeps x for 
 backward) nor a parameter; the backward's dx may be ``dout`` itself (each element of dout
 is read before dx's is written, on both paths), and must not overlap x; parameter
 gradients must not overlap anything.
+
+The fused add + norm forwards return two arrays, so their ``out`` is a tuple ``(out,
+new_residual)``, each entry an array or None. Each may be x or residual itself (the sum
+reads an element of both before writing it, and the norm reads a row of the sum, not of x);
+neither may overlap a parameter or the other entry. Their backwards take the plain norm's
+tuple; dx must not overlap dresidual (the kernel adds it after writing dx).
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import numpy as np
 
 from normlab._validate import check_out
 
-__all__ = ["backward_out", "fill", "forward_out", "seam_extra"]
+__all__ = ["add_forward_out", "backward_out", "fill", "forward_out", "seam_extra"]
 
 
 def forward_out(out: Any, x: np.ndarray, params: tuple[tuple[str, np.ndarray | None], ...]
@@ -30,10 +36,31 @@ def forward_out(out: Any, x: np.ndarray, params: tuple[tuple[str, np.ndarray | N
     return check_out(out, x.shape, x.dtype, inputs=inputs)
 
 
+def add_forward_out(out: Any, x: np.ndarray, residual: np.ndarray,
+                    params: tuple[tuple[str, np.ndarray | None], ...]
+                    ) -> tuple[np.ndarray | None, np.ndarray | None] | None:
+    """The fused add + norm forward's validated ``(out, new_residual)`` tuple or None."""
+    if out is None:
+        return None
+    if not isinstance(out, tuple) or len(out) != 2:
+        raise TypeError("out must be None or a tuple of 2 arrays or None (out, new_residual); "
+                        f"got {type(out).__name__} {out!r}"[:200])
+    shared = (("x", x, True), ("residual", residual, True),
+              *((name, p, False) for name, p in params))
+    y = check_out(out[0], x.shape, x.dtype, "out[0] (out)", inputs=shared)
+    s = check_out(out[1], x.shape, np.result_type(x, residual), "out[1] (new_residual)",
+                  inputs=(*shared, ("out[0] (out)", y, False)))
+    return y, s
+
+
 def backward_out(out: Any, dout: np.ndarray, x: np.ndarray,
-                 grads: tuple[tuple[str, np.ndarray | None], ...]
+                 grads: tuple[tuple[str, np.ndarray | None], ...],
+                 dresidual: np.ndarray | None = None,
                  ) -> tuple[np.ndarray | None, ...] | None:
-    """The backward's validated ``out`` tuple (dx, then one entry per parameter) or None."""
+    """The backward's validated ``out`` tuple (dx, then one entry per parameter) or None.
+
+    ``dresidual`` (the add + norm backwards): an input that no buffer may overlap.
+    """
     if out is None:
         return None
     names = ("dx", *(name for name, _ in grads))
@@ -41,7 +68,8 @@ def backward_out(out: Any, dout: np.ndarray, x: np.ndarray,
         raise TypeError(f"out must be None or a tuple of {len(names)} arrays or None "
                         f"({', '.join(names)}); got {type(out).__name__} {out!r}"[:200])
     dx = check_out(out[0], x.shape, x.dtype, "out[0] (dx)",
-                   inputs=(("dout", dout, True), ("the forward input x", x, False)))
+                   inputs=(("dout", dout, True), ("the forward input x", x, False),
+                           ("dresidual", dresidual, False)))
     result: list[np.ndarray | None] = [dx]
     for i, (name, like) in enumerate(grads, start=1):
         label = f"out[{i}] ({name})"
@@ -52,6 +80,7 @@ def backward_out(out: Any, dout: np.ndarray, x: np.ndarray,
             result.append(None)
             continue
         others = (("dout", dout, False), ("the forward input x", x, False),
+                  ("dresidual", dresidual, False),
                   ("out[0] (dx)", dx, False), *((f"out[{j}]", result[j], False)
                                                 for j in range(1, i)))
         result.append(check_out(out[i], like.shape, like.dtype, label, inputs=others))

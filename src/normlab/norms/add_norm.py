@@ -12,6 +12,8 @@ returned array), so the math is shared with :mod:`normlab.norms.layer_norm` and
 residual, gamma, beta, eps, normalized_ndim)`` / ``_add_rms_norm_forward_ref(x, residual,
 weight, eps, offset, normalized_ndim)``; the backwards also look up
 ``"add_layer_norm_backward"`` / ``"add_rms_norm_backward"`` (args: dout, dresidual, cache).
+With ``out=`` every seam gets one more argument, the validated buffer tuple (see
+:mod:`normlab.norms._out`).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from normlab._backend import dispatch
 from normlab._validate import check_shape
 from normlab.norms._cache import LayerNormCache, RMSNormCache
 from normlab.norms._common import as_grad, check_cache, check_dout, check_input
+from normlab.norms._out import add_forward_out, backward_out, fill, seam_extra
 from normlab.norms.layer_norm import (
     _ln_backward_core,
     _ln_forward_core,
@@ -57,6 +60,11 @@ def _check_dresidual(dresidual: Any, s: np.ndarray) -> np.ndarray | None:
     return arr
 
 
+def _add_into(x: np.ndarray, residual: np.ndarray, dest: tuple[Any, ...]) -> np.ndarray:
+    """x + residual (numpy's promotion), written into ``dest[1]`` when given."""
+    return x + residual if dest[1] is None else np.add(x, residual, out=dest[1])
+
+
 def _sum_grad(dx: np.ndarray, dresidual: np.ndarray | None, dtype: np.dtype) -> np.ndarray:
     """Norm gradient plus the residual-stream gradient, added in the compute dtype."""
     if dresidual is not None:
@@ -71,19 +79,25 @@ def _add_layer_norm_forward_ref(
     beta: np.ndarray | None,
     eps: float,
     k: int,
+    dest: tuple[Any, ...] = (None, None),
 ) -> tuple[np.ndarray, np.ndarray, LayerNormCache]:
-    s = x + residual  # the new residual stream, numpy's promotion of the two dtypes
+    s = _add_into(x, residual, dest)  # the new residual stream, numpy's promotion
     out, mean, rstd = _ln_forward_core(s, gamma, beta, eps, k)
     cache = LayerNormCache(s, gamma, beta, mean, rstd, eps, k)
-    return out.astype(x.dtype, copy=False), s, cache
+    y = fill(dest[0], out.astype(x.dtype, copy=False))
+    assert y is not None
+    return y, s, cache
 
 
 def _add_layer_norm_backward_ref(
-    dout: np.ndarray, dresidual: np.ndarray | None, cache: LayerNormCache
+    dout: np.ndarray, dresidual: np.ndarray | None, cache: LayerNormCache,
+    dest: tuple[Any, ...] = (None, None, None),
 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
     dx, dgamma, dbeta = _ln_backward_core(dout, cache)
-    dsum = _sum_grad(dx, dresidual, cache.x.dtype)
-    return dsum, as_grad(dgamma, cache.gamma), as_grad(dbeta, cache.beta)
+    dsum = fill(dest[0], _sum_grad(dx, dresidual, cache.x.dtype))
+    assert dsum is not None
+    return (dsum, fill(dest[1], as_grad(dgamma, cache.gamma)),
+            fill(dest[2], as_grad(dbeta, cache.beta)))
 
 
 def _add_rms_norm_forward_ref(
@@ -93,17 +107,23 @@ def _add_rms_norm_forward_ref(
     eps: float,
     offset: float,
     k: int,
+    dest: tuple[Any, ...] = (None, None),
 ) -> tuple[np.ndarray, np.ndarray, RMSNormCache]:
-    s = x + residual
+    s = _add_into(x, residual, dest)
     out, rstd = _rms_forward_core(s, weight, eps, offset, k)
-    return out.astype(x.dtype, copy=False), s, RMSNormCache(s, weight, rstd, eps, offset, k)
+    y = fill(dest[0], out.astype(x.dtype, copy=False))
+    assert y is not None
+    return y, s, RMSNormCache(s, weight, rstd, eps, offset, k)
 
 
 def _add_rms_norm_backward_ref(
-    dout: np.ndarray, dresidual: np.ndarray | None, cache: RMSNormCache
+    dout: np.ndarray, dresidual: np.ndarray | None, cache: RMSNormCache,
+    dest: tuple[Any, ...] = (None, None),
 ) -> tuple[np.ndarray, np.ndarray | None]:
     dx, dweight = _rms_backward_core(dout, cache)
-    return _sum_grad(dx, dresidual, cache.x.dtype), as_grad(dweight, cache.weight)
+    dsum = fill(dest[0], _sum_grad(dx, dresidual, cache.x.dtype))
+    assert dsum is not None
+    return dsum, fill(dest[1], as_grad(dweight, cache.weight))
 
 
 def add_layer_norm_forward(
@@ -114,6 +134,7 @@ def add_layer_norm_forward(
     eps: float = 1e-5,
     *,
     normalized_ndim: int | None = None,
+    out: tuple[Any, ...] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, LayerNormCache]:
     r"""Residual add followed by LayerNorm: ``s = x + residual``, ``out = LN(s)``.
 
@@ -125,6 +146,10 @@ def add_layer_norm_forward(
     ----------
     x, residual : float arrays of the same shape (*B, *F).
     gamma, beta, eps, normalized_ndim : as in :func:`~normlab.layer_norm_forward`.
+    out : optional tuple ``(out, new_residual)`` of buffers (each an array or None: then
+        that result is new), of x's shape and the result's dtype, C-contiguous, writeable.
+        Either may be x or residual itself (in place); neither may overlap a parameter or
+        the other entry. The cache then keeps the ``new_residual`` buffer.
 
     Returns
     -------
@@ -134,7 +159,8 @@ def add_layer_norm_forward(
     Raises
     ------
     TypeError, ValueError : as :func:`~normlab.layer_norm_forward`, plus a residual that is
-        not a float array of x's shape.
+        not a float array of x's shape, or a bad ``out`` (not a tuple of 2; a buffer of the
+        wrong shape, dtype or layout, read-only, or overlapping what it may not).
 
     Example
     -------
@@ -145,14 +171,16 @@ def add_layer_norm_forward(
     """
     xa, gamma, beta, eps, k = _validate_layer_norm(x, gamma, beta, eps, normalized_ndim)
     res = _check_residual(residual, xa)
+    dest = add_forward_out(out, xa, res, (("gamma", gamma), ("beta", beta)))
     result: tuple[np.ndarray, np.ndarray, LayerNormCache] = dispatch(
-        "add_layer_norm_forward", _add_layer_norm_forward_ref, xa, res, gamma, beta, eps, k
+        "add_layer_norm_forward", _add_layer_norm_forward_ref, xa, res, gamma, beta, eps, k,
+        *seam_extra(dest),
     )
     return result
 
 
 def add_layer_norm_backward(
-    dout: Any, dresidual: Any, cache: LayerNormCache
+    dout: Any, dresidual: Any, cache: LayerNormCache, *, out: tuple[Any, ...] | None = None
 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
     r"""Gradient of the fused add + LayerNorm: ``dsum = LN'(dout) + dresidual``.
 
@@ -160,6 +188,8 @@ def add_layer_norm_backward(
     ----------
     dout : gradient on ``out``. dresidual : gradient on ``new_residual`` or None (zero).
     cache : from :func:`add_layer_norm_forward`.
+    out : optional tuple ``(dsum, dgamma, dbeta)`` of buffers, as the ``out`` of
+        :func:`~normlab.layer_norm_backward`; dsum also must not overlap dresidual.
 
     Returns
     -------
@@ -168,7 +198,8 @@ def add_layer_norm_backward(
 
     Raises
     ------
-    TypeError, ValueError : wrong cache type, non-float or wrongly shaped gradients.
+    TypeError, ValueError : wrong cache type, non-float or wrongly shaped gradients, a bad
+        ``out`` buffer.
 
     Example
     -------
@@ -180,8 +211,11 @@ def add_layer_norm_backward(
     cache = check_cache(cache, LayerNormCache, "add_layer_norm_forward")
     dout = check_dout(dout, cache.x)
     dres = _check_dresidual(dresidual, cache.x)
+    dest = backward_out(out, dout, cache.x, (("dgamma", cache.gamma), ("dbeta", cache.beta)),
+                        dres)
     result: tuple[np.ndarray, np.ndarray | None, np.ndarray | None] = dispatch(
-        "add_layer_norm_backward", _add_layer_norm_backward_ref, dout, dres, cache
+        "add_layer_norm_backward", _add_layer_norm_backward_ref, dout, dres, cache,
+        *seam_extra(dest),
     )
     return result
 
@@ -194,6 +228,7 @@ def add_rms_norm_forward(
     *,
     offset: float = 0.0,
     normalized_ndim: int | None = None,
+    out: tuple[Any, ...] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, RMSNormCache]:
     r"""Residual add followed by RMSNorm: ``s = x + residual``, ``out = RMSNorm(s)``.
 
@@ -205,6 +240,10 @@ def add_rms_norm_forward(
     ----------
     x, residual : float arrays of the same shape (*B, *F).
     weight, eps, offset, normalized_ndim : as in :func:`~normlab.rms_norm_forward`.
+    out : optional tuple ``(out, new_residual)`` of buffers (each an array or None: then
+        that result is new), of x's shape and the result's dtype, C-contiguous, writeable.
+        Either may be x or residual itself (in place); neither may overlap a parameter or
+        the other entry. The cache then keeps the ``new_residual`` buffer.
 
     Returns
     -------
@@ -212,7 +251,8 @@ def add_rms_norm_forward(
 
     Raises
     ------
-    TypeError, ValueError : as :func:`~normlab.rms_norm_forward`, plus a bad residual.
+    TypeError, ValueError : as :func:`~normlab.rms_norm_forward`, plus a bad residual or a
+        bad ``out`` (as :func:`add_layer_norm_forward`).
 
     Example
     -------
@@ -222,14 +262,16 @@ def add_rms_norm_forward(
     """
     xa, weight, eps, offset, k = _validate_rms_norm(x, weight, eps, offset, normalized_ndim)
     res = _check_residual(residual, xa)
+    dest = add_forward_out(out, xa, res, (("weight", weight),))
     result: tuple[np.ndarray, np.ndarray, RMSNormCache] = dispatch(
-        "add_rms_norm_forward", _add_rms_norm_forward_ref, xa, res, weight, eps, offset, k
+        "add_rms_norm_forward", _add_rms_norm_forward_ref, xa, res, weight, eps, offset, k,
+        *seam_extra(dest),
     )
     return result
 
 
 def add_rms_norm_backward(
-    dout: Any, dresidual: Any, cache: RMSNormCache
+    dout: Any, dresidual: Any, cache: RMSNormCache, *, out: tuple[Any, ...] | None = None
 ) -> tuple[np.ndarray, np.ndarray | None]:
     r"""Gradient of the fused add + RMSNorm: ``dsum = RMSNorm'(dout) + dresidual``.
 
@@ -237,6 +279,8 @@ def add_rms_norm_backward(
     ----------
     dout : gradient on ``out``. dresidual : gradient on ``new_residual`` or None.
     cache : from :func:`add_rms_norm_forward`.
+    out : optional tuple ``(dsum, dweight)`` of buffers, as the ``out`` of
+        :func:`~normlab.rms_norm_backward`; dsum also must not overlap dresidual.
 
     Returns
     -------
@@ -244,7 +288,8 @@ def add_rms_norm_backward(
 
     Raises
     ------
-    TypeError, ValueError : wrong cache type, non-float or wrongly shaped gradients.
+    TypeError, ValueError : wrong cache type, non-float or wrongly shaped gradients, a bad
+        ``out`` buffer.
 
     Example
     -------
@@ -255,7 +300,9 @@ def add_rms_norm_backward(
     cache = check_cache(cache, RMSNormCache, "add_rms_norm_forward")
     dout = check_dout(dout, cache.x)
     dres = _check_dresidual(dresidual, cache.x)
+    dest = backward_out(out, dout, cache.x, (("dweight", cache.weight),), dres)
     result: tuple[np.ndarray, np.ndarray | None] = dispatch(
-        "add_rms_norm_backward", _add_rms_norm_backward_ref, dout, dres, cache
+        "add_rms_norm_backward", _add_rms_norm_backward_ref, dout, dres, cache,
+        *seam_extra(dest),
     )
     return result
