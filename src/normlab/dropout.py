@@ -5,7 +5,14 @@ so ``E[dropout(x)] = x`` and inference uses the identity (Srivastava et al., "Dr
 JMLR 2014). The forward draws ``keep = rng.random(x.shape) >= p`` and returns
 ``x * keep / (1 - p)`` exactly as the listing, in that order, so the same seed gives the
 same mask and the same bits (including the listing's dtype behaviour). A kernel registered
-as ``"inverted_dropout"`` receives the validated ``(x, drop_probability, rng)``.
+as ``"inverted_dropout"`` receives the validated ``(x, drop_probability, rng)``, plus the
+validated ``out=`` tuple ``(out, keep)`` when one was given.
+
+``out=`` (NumPy's convention): the forward takes a tuple ``(out, keep)`` with an array or
+None per result, the backward one array; each of the result's shape and dtype (the
+listing's dtype rules), C-contiguous, writeable. ``out`` may be x itself and the backward's
+dx may be dout itself (elementwise: each element is read before it is written); nothing may
+overlap the mask or another buffer.
 """
 
 from __future__ import annotations
@@ -19,22 +26,48 @@ from normlab._validate import (
     as_float_array,
     as_native,
     check_generator,
+    check_out,
     check_probability,
     check_shape,
 )
+from normlab.norms._out import fill
 
 __all__ = ["inverted_dropout", "inverted_dropout_backward"]
 
 
 def _inverted_dropout_ref(
-    x: np.ndarray, drop_probability: Any, rng: np.random.Generator
+    x: np.ndarray, drop_probability: Any, rng: np.random.Generator,
+    dest: tuple[Any, ...] = (None, None),
 ) -> tuple[np.ndarray, np.ndarray]:
     keep = rng.random(x.shape) >= drop_probability  # bool, x's shape
-    return x * keep / (1 - drop_probability), keep
+    out = fill(dest[0], x * keep / (1 - drop_probability))
+    mask = fill(dest[1], keep)
+    assert out is not None and mask is not None
+    return out, mask
+
+
+def _result_dtype(a: np.ndarray, drop_probability: Any) -> np.dtype:
+    """The dtype of ``a * keep / (1 - p)`` under NumPy's promotion rules (no data touched)."""
+    return (np.empty(0, a.dtype) * np.empty(0, np.bool_) / (1 - drop_probability)).dtype
+
+
+def _forward_out(out: Any, x: np.ndarray, drop_probability: Any
+                 ) -> tuple[np.ndarray | None, np.ndarray | None] | None:
+    if out is None:
+        return None
+    if not isinstance(out, tuple) or len(out) != 2:
+        raise TypeError("out must be None or a tuple of 2 arrays or None (out, keep); got "
+                        f"{type(out).__name__} {out!r}"[:200])
+    y = check_out(out[0], x.shape, _result_dtype(x, drop_probability), "out[0] (out)",
+                  inputs=(("x", x, True),))
+    keep = check_out(out[1], x.shape, np.dtype(np.bool_), "out[1] (keep)",
+                     inputs=(("x", x, False), ("out[0] (out)", y, False)))
+    return y, keep
 
 
 def inverted_dropout(
-    x: Any, drop_probability: float, rng: np.random.Generator
+    x: Any, drop_probability: float, rng: np.random.Generator, *,
+    out: tuple[Any, ...] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     r"""Zero each value with probability p and scale the survivors by 1/(1 - p).
 
@@ -45,6 +78,9 @@ def inverted_dropout(
     x : float array, any shape.
     drop_probability : p in [0, 1) (a Python or NumPy real number).
     rng : ``numpy.random.Generator``; one ``rng.random(x.shape)`` draw is consumed.
+    out : optional tuple ``(out, keep)`` of buffers (an array or None each), of x's shape,
+        the result's dtype (bool for keep), C-contiguous, writeable; out may be x itself,
+        keep overlaps nothing. Checked before the draw.
 
     Returns
     -------
@@ -52,8 +88,10 @@ def inverted_dropout(
 
     Raises
     ------
-    TypeError : non-float x, non-number p, rng not a Generator.
-    ValueError : p outside [0, 1) or NaN.
+    TypeError : non-float x, non-number p, rng not a Generator, ``out`` not a tuple of 2
+        or a buffer of the wrong dtype.
+    ValueError : p outside [0, 1) or NaN; a buffer of the wrong shape or layout, read-only,
+        or overlapping what it may not.
 
     Example
     -------
@@ -64,14 +102,16 @@ def inverted_dropout(
     x = as_native(as_float_array(x, "x"))
     check_probability(drop_probability, "drop_probability")
     rng = check_generator(rng)
+    dest = _forward_out(out, x, drop_probability)
+    extra = () if dest is None else (dest,)
     result: tuple[np.ndarray, np.ndarray] = dispatch(
-        "inverted_dropout", _inverted_dropout_ref, x, drop_probability, rng
+        "inverted_dropout", _inverted_dropout_ref, x, drop_probability, rng, *extra
     )
     return result
 
 
 def inverted_dropout_backward(
-    dout: Any, keep: Any, drop_probability: float
+    dout: Any, keep: Any, drop_probability: float, *, out: Any = None
 ) -> np.ndarray:
     r"""Gradient of inverted dropout: the forward's mask and scale.
 
@@ -81,6 +121,8 @@ def inverted_dropout_backward(
     ----------
     dout : float array. keep : the bool mask from :func:`inverted_dropout`, dout's shape.
     drop_probability : the p used in the forward, in [0, 1).
+    out : optional buffer for dx (dout's shape, the result's dtype, C-contiguous,
+        writeable); it may be dout itself, and must not overlap keep.
 
     Returns
     -------
@@ -88,8 +130,9 @@ def inverted_dropout_backward(
 
     Raises
     ------
-    TypeError : non-float dout, non-bool keep, non-number p.
-    ValueError : keep not of dout's shape, p outside [0, 1).
+    TypeError : non-float dout, non-bool keep, non-number p, ``out`` of the wrong dtype.
+    ValueError : keep not of dout's shape, p outside [0, 1); ``out`` of the wrong shape or
+        layout, read-only, or overlapping keep.
 
     Example
     -------
@@ -104,4 +147,8 @@ def inverted_dropout_backward(
         got = f"dtype {keep.dtype}" if isinstance(keep, np.ndarray) else type(keep).__name__
         raise TypeError(f"keep must be the bool mask returned by inverted_dropout; got {got}")
     check_shape(keep, dout.shape, "keep", "the shape of dout")
-    return dout * keep / (1 - drop_probability)
+    dest = check_out(out, dout.shape, _result_dtype(dout, drop_probability),
+                     inputs=(("dout", dout, True), ("keep", keep, False)))
+    dx = fill(dest, dout * keep / (1 - drop_probability))
+    assert dx is not None
+    return dx

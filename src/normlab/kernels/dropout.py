@@ -26,15 +26,20 @@ __all__: list[str] = []
 
 
 @register("inverted_dropout")
-def inverted_dropout(x: np.ndarray, drop_probability: Any, rng: np.random.Generator) -> Any:
-    """Kernel of ``_inverted_dropout_ref``: same draw, fused mask and scale."""
+def inverted_dropout(x: np.ndarray, drop_probability: Any, rng: np.random.Generator,
+                     dest: tuple[Any, ...] = (None, None)) -> Any:
+    """Kernel of ``_inverted_dropout_ref``: same draw, fused mask and scale.
+
+    ``dest``: the validated ``out=`` buffers, written in place (out may be x: element i of
+    x is read before element i of out is written).
+    """
     if x.dtype not in FLOATS or type(drop_probability) not in (float, int):
         return NotImplemented
     u = rng.random(x.shape)  # (*x.shape) float64: the listing's draw, same generator state
     p = float(drop_probability)
     q = np.array(1 - drop_probability, dtype=x.dtype)[()]  # NumPy casts the weak scalar
-    out = np.empty(x.shape, x.dtype)
-    keep = np.empty(x.shape, np.bool_)
+    out = np.empty(x.shape, x.dtype) if dest[0] is None else dest[0]
+    keep = np.empty(x.shape, np.bool_) if dest[1] is None else dest[1]
     launch(jit.mask_scale, x.size, np.ascontiguousarray(x).reshape(-1), u.reshape(-1), p, q,
            out.reshape(-1), keep.reshape(-1))
     return out, keep
