@@ -221,7 +221,7 @@ def _report(names: Sequence[str], args: argparse.Namespace, out: str) -> int:
         n_ok = sum(c.passed for c in o.result.checks) if o.result is not None else 0
         n_all = len(o.result.checks) if o.result is not None else 0
         word = words.get(o.status, o.status.upper())  # "not reproduced" too
-        print(f"{word:5s}  {o.name:20s} {n_ok}/{n_all} checks  {o.elapsed_s:6.1f} s")
+        print(f"{word:14s} {o.name:20s} {n_ok}/{n_all} checks  {o.elapsed_s:6.1f} s")
         if o.status == "error" and o.error:
             last = o.error.strip().splitlines()[-1]
             print(f"       {last}")

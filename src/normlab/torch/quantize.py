@@ -34,7 +34,7 @@ from normlab.precision.formats import (
     Format,
 )
 from normlab.precision.random_bits import GOLDEN_GAMMA, check_seed
-from normlab.precision.rounding import RoundingMode
+from normlab.precision.rounding import RoundingMode, _check_mode
 from normlab.torch._import import torch
 from normlab.torch.formats import get_format
 
@@ -269,15 +269,6 @@ def _nearest_by_cast(x: torch.Tensor, fmt: Format, saturate: bool) -> torch.Tens
         return y
     bad = ~(x.abs() <= limit)  # NaN, and beyond the threshold
     return torch.where(bad, torch.copysign(torch.tensor(float("nan")), x), y)
-
-
-def _check_mode(rounding: Any) -> RoundingMode:
-    try:
-        return RoundingMode(rounding)
-    except ValueError:
-        raise ValueError(
-            f"rounding must be one of {[r.value for r in RoundingMode]}; got {rounding!r}"
-        ) from None
 
 
 def _check_tensor(t: Any) -> torch.Tensor:

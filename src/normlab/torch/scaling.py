@@ -24,9 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from normlab._validate import as_float_array, check_finite_real, check_int
+from normlab._validate import check_finite_real, check_int
 from normlab.precision.formats import Format
 from normlab.precision.fp8_scaling import DelayedScaling
+from normlab.precision.fp8_scaling import _checked_state as _np_checked_state
 from normlab.torch._import import torch
 from normlab.torch.formats import get_format
 from normlab.torch.quantize import _check_tensor, quantize
@@ -259,30 +260,10 @@ class Fp8Meta:
         self.scale_inv = _reciprocal(self.scale)
 
 
-def _item(state: Mapping[str, Any], key: str) -> Any:
-    """``state[key]`` with tensors brought to NumPy and 0-d arrays to Python scalars."""
-    if not isinstance(state, Mapping) or key not in state:
-        got = sorted(state) if isinstance(state, Mapping) else repr(state)
-        raise ValueError(f"state must be a mapping with the key {key!r} (from state_dict()); "
-                         f"got keys {got}")
-    v = state[key]
-    if isinstance(v, torch.Tensor):
-        v = v.detach().cpu().numpy()
-    return v.item() if isinstance(v, np.ndarray) and v.ndim == 0 else v
-
-
 def _checked_state(state: Mapping[str, Any], meta: Fp8Meta) -> tuple[np.ndarray, float]:
-    """(history float32 (L,), scale) from a state dict, or ValueError/TypeError."""
-    for key, want in (("role", meta.role), ("fp8_format", meta.recipe.fp8_format),
-                      ("amax_history_len", meta.recipe.amax_history_len)):
-        got = _item(state, key)
-        if got != want or type(got) is bool:
-            raise ValueError(f"state[{key!r}] must equal this meta's {want!r}; got {got!r}")
-    h = as_float_array(_item(state, "amax_history"), "state['amax_history']")
-    if h.shape != (meta.recipe.amax_history_len,):
-        raise ValueError(f"state['amax_history'] must have shape "
-                         f"({meta.recipe.amax_history_len},); got {h.shape}")
-    scale = check_finite_real(_item(state, "scale"), "state['scale']")
-    if not 0 < scale <= _F32_MAX:
-        raise ValueError(f"state['scale'] must be a finite float32 > 0; got {scale!r}")
-    return np.ascontiguousarray(h, dtype=np.float32), float(np.float32(scale))
+    """(history float32 (L,), scale): the NumPy twin's checks, with tensors brought to NumPy."""
+    if isinstance(state, Mapping):
+        state = {k: v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else v
+                 for k, v in state.items()}  # fmt: skip
+    # the torch meta has the fields the NumPy check reads (role, recipe): duck-typed
+    return _np_checked_state(state, meta)  # type: ignore[arg-type]
