@@ -68,6 +68,25 @@ def test_batch_norm_out_buffers_match_and_dx_may_be_dout(backend, dtype, shape, 
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("training", [True, False])
+def test_batch_norm_out_with_wider_parameters(backend, training):
+    # float64 gamma on float32 x: computed in float64 (the reference), cast into the buffer
+    x, dy, g, b, rm, rv = _bn_data((4, 6, 5, 7), 1, np.float32)
+    g64 = g.astype(np.float64)
+    with use_backend(backend):
+        want, cache = nl.batch_norm_forward(x, g64, b, rm.copy(), rv.copy(), training, axis=1)
+        want_grads = nl.batch_norm_backward(dy, cache)
+        got, cache2 = nl.batch_norm_forward(x, g64, b, rm.copy(), rv.copy(), training, axis=1,
+                                            out=np.empty_like(x))
+        _same(got, want)
+        d = dy.copy()
+        grads = nl.batch_norm_backward(d, cache2, out=(d, np.empty(6), None))
+        assert grads[0] is d
+        for a, w in zip(grads, want_grads, strict=True):
+            _same(a, w)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_batch_norm_out_without_parameters(backend):
     x, dy, *_ = _bn_data((32, 8), -1, np.float32)
     with use_backend(backend):
@@ -83,7 +102,7 @@ def test_batch_norm_out_without_parameters(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dtype", [*DTYPES, np.float16])  # float16: computed in float32
 @pytest.mark.parametrize("shape", [(6, 8), (4, 8, 5, 3)])
 def test_group_norm_out_buffers_match_and_dx_may_be_dout(backend, dtype, shape):
     rng = np.random.default_rng(shape[0])

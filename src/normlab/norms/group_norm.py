@@ -48,10 +48,23 @@ def _per_channel(p: np.ndarray, x: np.ndarray, cd: np.dtype) -> np.ndarray:
     return p.astype(cd, copy=False).reshape((1, x.shape[1]) + (1,) * (x.ndim - 2))
 
 
-def _xhat(x: np.ndarray, mean: np.ndarray, rstd: np.ndarray, g: int) -> np.ndarray:
-    """The normalised input in the stats' dtype, shape (N, C, *S)."""
+def _xhat(x: np.ndarray, mean: np.ndarray, rstd: np.ndarray, g: int,
+          into: np.ndarray | None = None) -> np.ndarray:
+    """The normalised input in the stats' dtype, shape (N, C, *S) (written into ``into``,
+    a C-contiguous array of that shape and dtype, when given)."""
     xg = _grouped(x.astype(rstd.dtype, copy=False), g)  # (N, G, m)
-    return ((xg - mean[:, :, None]) * rstd[:, :, None]).reshape(x.shape)
+    if into is None:
+        return ((xg - mean[:, :, None]) * rstd[:, :, None]).reshape(x.shape)
+    og = _grouped(into, g)  # a view of into
+    np.subtract(xg, mean[:, :, None], out=og)
+    np.multiply(og, rstd[:, :, None], out=og)  # the same two roundings as without into
+    return into
+
+
+def _direct(dest: np.ndarray | None, cd: np.dtype) -> np.ndarray | None:
+    """The ``out=`` buffer when results can be computed in it (x's dtype is the compute
+    dtype), else None (computed, then cast and copied in)."""
+    return dest if dest is not None and dest.dtype == cd else None
 
 
 def _validate_group_norm(
@@ -80,7 +93,7 @@ def _group_norm_forward_ref(
     cd = compute_dtype_of(x, gamma, beta)
     m, v = mean_var(_grouped(x.astype(cd, copy=False), g), (2,))  # (N, G, 1)
     mean, rstd = m[:, :, 0], rstd_from(v, eps)[:, :, 0]  # (N, G)
-    out = _xhat(x, mean, rstd, g)  # (N, C, *S)
+    out = _xhat(x, mean, rstd, g, _direct(dest, cd))  # (N, C, *S)
     if gamma is not None:
         out *= _per_channel(gamma, x, cd)
     if beta is not None:
@@ -100,12 +113,15 @@ def _group_norm_backward_ref(
     dgamma = np.sum(gd * xhat, axis=chan) if cache.gamma is not None else None  # (C,)
     dbeta = np.sum(gd, axis=chan) if cache.beta is not None else None  # (C,)
     h = gd * _per_channel(cache.gamma, x, cd) if cache.gamma is not None else gd
+    into = _direct(dest[0], cd)
     if x.size == 0:
         dx = np.zeros(x.shape, cd)
-    else:
+    else:  # dx may be dout's memory: written by the last multiply, after every read of h
         hg, xg = _grouped(h, g), _grouped(xhat, g)  # (N, G, m)
-        dx = centred_grad(hg, xg, cache.rstd[:, :, None], (2,))  # (N, G, m)
-    dx_out = fill(dest[0], dx.reshape(x.shape).astype(x.dtype, copy=False))
+        dx = centred_grad(hg, xg, cache.rstd[:, :, None], (2,),
+                          None if into is None else _grouped(into, g))  # (N, G, m)
+    dx_out = into if into is not None else fill(
+        dest[0], dx.reshape(x.shape).astype(x.dtype, copy=False))
     assert dx_out is not None
     return (
         dx_out,
