@@ -30,6 +30,7 @@ from normlab.kernels import batch_norm_jit as jit
 from normlab.kernels._adapt import FLOATS, launch, vec
 from normlab.kernels.row_norms_jit import chunk_count
 from normlab.norms._cache import BatchNormCache
+from normlab.norms._out import fill
 
 __all__: list[str] = []
 
@@ -121,12 +122,4 @@ def batch_norm_backward(dout: np.ndarray, cache: BatchNormCache,
     if dest is None:
         return dx.reshape(x.shape), dgamma, dbeta
     return (dest[0] if dest[0] is not None else dx.reshape(x.shape),
-            _into(dest[1], dgamma), _into(dest[2], dbeta))
-
-
-def _into(buf: np.ndarray | None, value: np.ndarray | None) -> np.ndarray | None:
-    """``value`` copied into the ``out=`` buffer ``buf`` (C values), or value itself."""
-    if buf is None or value is None:
-        return value
-    np.copyto(buf, value)
-    return buf
+            fill(dest[1], dgamma), fill(dest[2], dbeta))
