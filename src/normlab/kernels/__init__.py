@@ -22,6 +22,7 @@ from normlab.kernels import (
     batch_norm,  # noqa: F401  (registers the BatchNorm kernels)
     block_scale,  # noqa: F401  (registers block_amax)
     dropout,  # noqa: F401  (registers inverted dropout)
+    group_norm,  # noqa: F401  (registers the GroupNorm kernels)
     quantize,  # noqa: F401  (registers quantize)
     row_norms,  # noqa: F401  (registers the LayerNorm / RMSNorm / add+norm kernels)
 )

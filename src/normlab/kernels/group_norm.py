@@ -1,0 +1,87 @@
+"""GroupNorm forward/backward kernels behind the functional API (dispatch adapters).
+
+Receive exactly the validated arguments of ``_group_norm_forward_ref(x, num_groups, gamma,
+beta, eps[, dest])`` and ``_group_norm_backward_ref(dout, cache[, dest])``
+(:mod:`normlab.norms.group_norm`), return the same results with the same
+:class:`GroupNormCache` (x by reference, mean and rstd (N, G) in x's dtype), or
+``NotImplemented``: dtypes other than float32/float64 (float16 is computed in float32 by
+the reference), parameters, gradients or statistics of another dtype than x, empty
+arrays, and an x that is not C-contiguous (the cache keeps x, so the backward would have
+to copy it again).
+
+Dimension letters: N batch, C channels, G groups, R = N * G runs of M = (C / G) * S values
+(S the spatial dims flattened), K sample chunks of the parameter-gradient reduction; see
+:mod:`normlab.kernels.group_norm_jit` for the layout and the summation order.
+
+``out=`` buffers arrive validated as ``dest`` (C-contiguous, of x's shape and dtype): the
+kernels write into them directly; dx may be dout itself (each dout value is read before
+the dx value at its place is written). The parameter gradients are reduced from the
+chunk partials, then copied into their buffers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from normlab._backend import register
+from normlab.kernels import group_norm_jit as jit
+from normlab.kernels._adapt import launch, reduce_chunks, same_dtype, vec
+from normlab.kernels.row_norms_jit import chunk_count
+from normlab.norms._cache import GroupNormCache
+from normlab.norms._out import fill
+
+__all__: list[str] = []  # the kernels are reached through normlab._backend only
+
+
+def _runs(a: np.ndarray, groups: int) -> np.ndarray:
+    """A C-contiguous (N, C, *S) array viewed as (R, M) = (N * G, (C / G) * S)."""
+    r = a.shape[0] * groups
+    return a.reshape(r, a.size // r)
+
+
+@register("group_norm_forward")
+def group_norm_forward(
+    x: np.ndarray, num_groups: int, gamma: np.ndarray | None, beta: np.ndarray | None,
+    eps: float, dest: np.ndarray | None = None,
+) -> Any:
+    """Kernel of ``_group_norm_forward_ref``: one fused sweep per run (into ``dest``)."""
+    if not (same_dtype(x, gamma, beta) and x.flags.c_contiguous):
+        return NotImplemented
+    dt, c = x.dtype, x.shape[1]
+    x2 = _runs(x, num_groups)  # (R, M)
+    out = np.empty_like(x2) if dest is None else _runs(dest, num_groups)
+    mean, rstd = np.empty(x2.shape[0], dt), np.empty(x2.shape[0], dt)  # (R,)
+    g, b = vec(gamma, c, dt, 1.0), vec(beta, c, dt, 0.0)  # (C,)
+    launch(jit.group_norm_fwd, x.size, x2, g, b, eps, num_groups, out, mean, rstd)
+    stats = (x.shape[0], num_groups)
+    cache = GroupNormCache(x, gamma, beta, mean.reshape(stats), rstd.reshape(stats),
+                           num_groups, eps)
+    return (out.reshape(x.shape) if dest is None else dest), cache
+
+
+@register("group_norm_backward")
+def group_norm_backward(dout: np.ndarray, cache: GroupNormCache,
+                        dest: tuple[Any, ...] | None = None) -> Any:
+    """Kernel of ``_group_norm_backward_ref``: per-channel and per-run sums in one sweep,
+    then dx (into ``dest[0]`` when given, which may be dout)."""
+    x, groups = cache.x, cache.num_groups
+    if not (same_dtype(x, dout, cache.gamma, cache.beta, cache.mean, cache.rstd)
+            and x.flags.c_contiguous):
+        return NotImplemented
+    n, c = x.shape[0], x.shape[1]
+    x2 = _runs(x, groups)  # (R, M)
+    dy = np.ascontiguousarray(dout).reshape(x2.shape)  # (R, M)
+    dx = np.empty_like(x2) if dest is None or dest[0] is None else _runs(dest[0], groups)
+    kk = chunk_count(n, x.size // n)
+    pg, pb = np.empty((kk, c)), np.empty((kk, c))  # (K, C) float64 partials
+    mean = np.ascontiguousarray(cache.mean).reshape(-1)  # (R,)
+    rstd = np.ascontiguousarray(cache.rstd).reshape(-1)
+    launch(jit.group_norm_bwd, x.size, dy, x2, mean, rstd, vec(cache.gamma, c, x.dtype, 1.0),
+           groups, dx, pg, pb)
+    dgamma, dbeta = reduce_chunks(pg, cache.gamma), reduce_chunks(pb, cache.beta)
+    if dest is None:
+        return dx.reshape(x.shape), dgamma, dbeta
+    return (dest[0] if dest[0] is not None else dx.reshape(x.shape),
+            fill(dest[1], dgamma), fill(dest[2], dbeta))

@@ -1,0 +1,166 @@
+"""Fused GroupNorm kernels (numba): one prange over (sample, group) runs.
+
+Dimension letters: N batch, C channels, G groups, Cg = C / G channels per group, S values
+per channel (the spatial dims flattened, 1 for a 2-D input), M = Cg * S values per
+(sample, group), R = N * G runs, K chunks of samples for the parameter gradients.
+
+Layout: a C-contiguous x (N, C, *S) viewed as (R, M) without copying: run r = n * G + g is
+sample n's group g, one contiguous stretch of M values, channel c = g * Cg + j at
+positions [j * S, (j + 1) * S). Every array is C-contiguous and of x's dtype (float32 or
+float64), except the float64 parameter-gradient partials.
+
+Numerics, as the row kernels of :mod:`normlab.kernels.row_norms_jit`: sums are blocked
+(``BLOCK`` values summed in x's dtype by a vectorised loop over a 1-d view, block sums
+added in float64); the statistics are the corrected two-pass mean and variance (Chan,
+Golub & LeVeque 1983, as :mod:`normlab._stats`), the variance clipped at 0 (NaN kept),
+1/sqrt taken in float64.
+
+Memory traffic. Forward reads a run from memory once (the first sum) and then from cache
+(the centred sums, the output sweep) and writes out once. Backward reads x and dout once:
+the first sweep forms, per channel of the run, sum(dy) and sum(dy * x_hat) (the
+parameter-gradient partials), and from them the run sums sum(gamma dy) and
+sum(gamma dy x_hat) of the input gradient; the second sweep writes dx. Each dout value is
+read before the dx value at its place is written, so dx may be dout's memory.
+
+Determinism: the backward runs one task per (sample chunk k, group g); task (k, g) owns
+channels [g * Cg, (g + 1) * Cg) of partial row k, adding its samples in order. K depends on
+the shape only (:func:`normlab.kernels.row_norms_jit.chunk_count`), and the adapter sums
+the K partial rows in chunk order, so results are bit-identical on any thread count.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from normlab.kernels._adapt import FAST, jit
+
+__all__ = ["BLOCK", "group_norm_bwd", "group_norm_fwd"]
+
+BLOCK = 1024  # values per block sum (as row_norms_jit.BLOCK; see there)
+
+
+@njit(inline="always")
+def _run_stats(x, r, eps):
+    """Mean and 1/sqrt(var + eps) of run r of x (R, M), both in x's dtype."""
+    M = x.shape[1]
+    zero = x.dtype.type(0)
+    t = 0.0
+    for p0 in range(0, M, BLOCK):
+        v = x[r, p0 : min(p0 + BLOCK, M)]  # a 1-d view: its loop vectorises
+        b = zero
+        for i in range(v.shape[0]):
+            b += v[i]
+        t += b
+    mu0 = x.dtype.type(t / M)
+    c = 0.0  # sum(x - mu0): M times the rounding error of mu0
+    q = 0.0  # sum((x - mu0)^2)
+    for p0 in range(0, M, BLOCK):
+        v = x[r, p0 : min(p0 + BLOCK, M)]
+        cb = zero
+        qb = zero
+        for i in range(v.shape[0]):
+            d = v[i] - mu0
+            cb += d
+            qb += d * d
+        c += cb
+        q += qb
+    cm = c / M
+    var = q / M - cm * cm
+    if var < 0.0:  # clipped at 0; a NaN variance stays NaN (NaN < 0 is false)
+        var = 0.0
+    return x.dtype.type(mu0 + cm), x.dtype.type(1.0 / np.sqrt(var + eps))
+
+
+@jit(FAST)
+def group_norm_fwd(x, gamma, beta, eps, G, out, mean, rstd):
+    """out = (x - mean) * rstd * gamma_c + beta_c per run; fills mean (R,) and rstd (R,).
+
+    x, out: (R, M); gamma, beta: (C,) (ones / zeros standing in for None).
+    """
+    R, M = x.shape
+    Cg = gamma.shape[0] // G
+    S = M // Cg
+    for r in prange(R):
+        mu, rs = _run_stats(x, r, eps)
+        c0 = (r % G) * Cg
+        for j in range(Cg):
+            gj = gamma[c0 + j]
+            bj = beta[c0 + j]
+            xs = x[r, j * S : (j + 1) * S]  # channel c0 + j of the run, (S,)
+            ys = out[r, j * S : (j + 1) * S]
+            for s in range(S):
+                ys[s] = (xs[s] - mu) * rs * gj + bj
+        mean[r] = mu
+        rstd[r] = rs
+
+
+@njit(inline="always")
+def _channel_sums(dy, x, r, p0, S, mu, rs):
+    """sum(dy) and sum(dy * x_hat) (float64) over positions [p0, p0 + S) of run r."""
+    zero = x.dtype.type(0)
+    sd = 0.0
+    sdx = 0.0
+    for s0 in range(0, S, BLOCK):
+        s1 = min(s0 + BLOCK, S)
+        dys = dy[r, p0 + s0 : p0 + s1]  # 1-d views
+        xs = x[r, p0 + s0 : p0 + s1]
+        a = zero
+        b = zero
+        for i in range(xs.shape[0]):
+            d = dys[i]
+            a += d
+            b += d * ((xs[i] - mu) * rs)
+        sd += a
+        sdx += b
+    return sd, sdx
+
+
+@njit(inline="always")
+def _run_bwd(dy, x, r, mu, rs, gamma, c0, Cg, pg, pb, k, dx):
+    """dx of run r = rstd * (g dy - mean(g dy) - x_hat mean(g dy x_hat)); adds the run's
+    per-channel sums of dy * x_hat and dy into pg[k, c0:c0 + Cg] and pb[k, c0:c0 + Cg]."""
+    M = x.shape[1]
+    S = M // Cg
+    a = 0.0  # sum gamma dy over the run
+    b = 0.0  # sum gamma dy x_hat over the run
+    for j in range(Cg):
+        sd, sdx = _channel_sums(dy, x, r, j * S, S, mu, rs)
+        pb[k, c0 + j] += sd
+        pg[k, c0 + j] += sdx
+        gj = np.float64(gamma[c0 + j])
+        a += gj * sd
+        b += gj * sdx
+    a_t = x.dtype.type(a / M)
+    b_t = x.dtype.type(b / M)
+    for j in range(Cg):
+        gj = gamma[c0 + j]
+        dys = dy[r, j * S : (j + 1) * S]
+        xs = x[r, j * S : (j + 1) * S]
+        dxs = dx[r, j * S : (j + 1) * S]
+        for s in range(S):
+            xh = (xs[s] - mu) * rs
+            dxs[s] = rs * (dys[s] * gj - a_t - xh * b_t)  # dy read before dx written
+
+
+@jit(FAST)
+def group_norm_bwd(dy, x, mean, rstd, gamma, G, dx, pg, pb):
+    """dx (R, M) of GroupNorm; pg, pb (K, C) float64: per sample chunk k, the per-channel
+    sums of dy * x_hat and dy over the chunk's samples (zeroed here first).
+
+    dy, x, dx: (R, M); mean, rstd: (R,); gamma: (C,) (ones standing in for None).
+    """
+    R = x.shape[0]
+    N = R // G
+    K = pg.shape[0]
+    Cg = gamma.shape[0] // G
+    for t in prange(K * G):
+        k = t // G
+        g = t - k * G
+        c0 = g * Cg
+        for j in range(Cg):
+            pg[k, c0 + j] = 0.0
+            pb[k, c0 + j] = 0.0
+        for n in range((N * k) // K, (N * (k + 1)) // K):
+            r = n * G + g
+            _run_bwd(dy, x, r, mean[r], rstd[r], gamma, c0, Cg, pg, pb, k, dx)
