@@ -27,12 +27,29 @@ import numpy as np
 
 from normlab._backend import register
 from normlab.kernels import group_norm_jit as jit
-from normlab.kernels._adapt import launch, reduce_chunks, same_dtype, vec
-from normlab.kernels.row_norms_jit import chunk_count
+from normlab.kernels._adapt import PARALLEL_MIN_ELEMENTS, launch, reduce_chunks, same_dtype, vec
 from normlab.norms._cache import GroupNormCache
 from normlab.norms._out import fill
 
 __all__: list[str] = []  # the kernels are reached through normlab._backend only
+
+_SERIAL_SIZE = PARALLEL_MIN_ELEMENTS  # a constant copy: K depends on the shape only
+_TASKS = 64  # (chunk, group) tasks to aim for: work for every thread
+_MIN_PER_CHANNEL = 16  # values a chunk sums per channel, at least: the partials stay small
+
+
+def _chunks(n: int, c: int, groups: int, size: int) -> int:
+    """Sample chunks K of the parameter-gradient partials (a function of the shape only).
+
+    One chunk below the serial size (the (1, C) partials cost nothing); else enough
+    chunks for about ``_TASKS`` (chunk, group) tasks, but each chunk summing at least
+    ``_MIN_PER_CHANNEL`` values per channel, so the two (K, C) float64 partials stay at
+    most a quarter of a float32 x's size even for a 2-D (N, C) input.
+    """
+    if size < _SERIAL_SIZE:
+        return 1
+    per_channel = size // c  # N * S values summed per channel
+    return max(1, min(n, -(-_TASKS // groups), -(-per_channel // _MIN_PER_CHANNEL)))
 
 
 def _runs(a: np.ndarray, groups: int) -> np.ndarray:
@@ -74,7 +91,7 @@ def group_norm_backward(dout: np.ndarray, cache: GroupNormCache,
     x2 = _runs(x, groups)  # (R, M)
     dy = np.ascontiguousarray(dout).reshape(x2.shape)  # (R, M)
     dx = np.empty_like(x2) if dest is None or dest[0] is None else _runs(dest[0], groups)
-    kk = chunk_count(n, x.size // n)
+    kk = _chunks(n, c, groups, x.size)
     pg, pb = np.empty((kk, c)), np.empty((kk, c))  # (K, C) float64 partials
     mean = np.ascontiguousarray(cache.mean).reshape(-1)  # (R,)
     rstd = np.ascontiguousarray(cache.rstd).reshape(-1)

@@ -84,13 +84,19 @@ def group_norm_fwd(x, gamma, beta, eps, G, out, mean, rstd):
     for r in prange(R):
         mu, rs = _run_stats(x, r, eps)
         c0 = (r % G) * Cg
-        for j in range(Cg):
-            gj = gamma[c0 + j]
-            bj = beta[c0 + j]
-            xs = x[r, j * S : (j + 1) * S]  # channel c0 + j of the run, (S,)
-            ys = out[r, j * S : (j + 1) * S]
-            for s in range(S):
-                ys[s] = (xs[s] - mu) * rs * gj + bj
+        if S == 1:  # (N, C) input: the run's gains are one contiguous slice
+            xs, ys = x[r], out[r]
+            gs, bs = gamma[c0 : c0 + Cg], beta[c0 : c0 + Cg]
+            for p in range(M):
+                ys[p] = (xs[p] - mu) * rs * gs[p] + bs[p]
+        else:
+            for j in range(Cg):
+                gj = gamma[c0 + j]
+                bj = beta[c0 + j]
+                xs = x[r, j * S : (j + 1) * S]  # channel c0 + j of the run, (S,)
+                ys = out[r, j * S : (j + 1) * S]
+                for s in range(S):
+                    ys[s] = (xs[s] - mu) * rs * gj + bj
         mean[r] = mu
         rstd[r] = rs
 
@@ -143,6 +149,37 @@ def _run_bwd(dy, x, r, mu, rs, gamma, c0, Cg, pg, pb, k, dx):
             dxs[s] = rs * (dys[s] * gj - a_t - xh * b_t)  # dy read before dx written
 
 
+@njit(inline="always")
+def _run_bwd_flat(dy, x, r, mu, rs, gamma, c0, pg, pb, k, dx):
+    """:func:`_run_bwd` for S == 1 (one value per channel): one loop over the run, the
+    gains and the partials contiguous slices of it."""
+    M = x.shape[1]
+    zero = x.dtype.type(0)
+    a = 0.0
+    b = 0.0
+    for p0 in range(0, M, BLOCK):
+        p1 = min(p0 + BLOCK, M)
+        dys, xs, gs = dy[r, p0:p1], x[r, p0:p1], gamma[c0 + p0 : c0 + p1]  # 1-d views
+        pgs, pbs = pg[k, c0 + p0 : c0 + p1], pb[k, c0 + p0 : c0 + p1]
+        ab = zero
+        bb = zero
+        for i in range(xs.shape[0]):
+            d = dys[i]
+            dxh = d * ((xs[i] - mu) * rs)
+            pbs[i] += d
+            pgs[i] += dxh
+            ab += gs[i] * d
+            bb += gs[i] * dxh
+        a += ab
+        b += bb
+    a_t = x.dtype.type(a / M)
+    b_t = x.dtype.type(b / M)
+    dys, xs, dxs, gs = dy[r], x[r], dx[r], gamma[c0 : c0 + M]
+    for p in range(M):
+        xh = (xs[p] - mu) * rs
+        dxs[p] = rs * (dys[p] * gs[p] - a_t - xh * b_t)
+
+
 @jit(FAST)
 def group_norm_bwd(dy, x, mean, rstd, gamma, G, dx, pg, pb):
     """dx (R, M) of GroupNorm; pg, pb (K, C) float64: per sample chunk k, the per-channel
@@ -163,4 +200,7 @@ def group_norm_bwd(dy, x, mean, rstd, gamma, G, dx, pg, pb):
             pb[k, c0 + j] = 0.0
         for n in range((N * k) // K, (N * (k + 1)) // K):
             r = n * G + g
-            _run_bwd(dy, x, r, mean[r], rstd[r], gamma, c0, Cg, pg, pb, k, dx)
+            if Cg == x.shape[1]:  # S == 1
+                _run_bwd_flat(dy, x, r, mean[r], rstd[r], gamma, c0, pg, pb, k, dx)
+            else:
+                _run_bwd(dy, x, r, mean[r], rstd[r], gamma, c0, Cg, pg, pb, k, dx)
