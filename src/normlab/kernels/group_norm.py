@@ -5,9 +5,10 @@ beta, eps[, dest])`` and ``_group_norm_backward_ref(dout, cache[, dest])``
 (:mod:`normlab.norms.group_norm`), return the same results with the same
 :class:`GroupNormCache` (x by reference, mean and rstd (N, G) in x's dtype), or
 ``NotImplemented``: dtypes other than float32/float64 (float16 is computed in float32 by
-the reference), parameters, gradients or statistics of another dtype than x, empty
-arrays, and an x that is not C-contiguous (the cache keeps x, so the backward would have
-to copy it again).
+the reference), parameters, gradients or statistics of another dtype than x, and empty
+arrays. An x or dout that is not C-contiguous is copied with ``np.ascontiguousarray``
+first (one extra pass each; the cache still keeps the caller's x), as the other norm
+kernels do, so a strided x gives the bits of its contiguous copy.
 
 Dimension letters: N batch, C channels, G groups, R = N * G runs of M = (C / G) * S values
 (S the spatial dims flattened), K sample chunks of the parameter-gradient reduction; see
@@ -53,9 +54,10 @@ def _chunks(n: int, c: int, groups: int, size: int) -> int:
 
 
 def _runs(a: np.ndarray, groups: int) -> np.ndarray:
-    """A C-contiguous (N, C, *S) array viewed as (R, M) = (N * G, (C / G) * S)."""
+    """(N, C, *S) as a C-contiguous (R, M) = (N * G, (C / G) * S) array (a view when a
+    is C-contiguous)."""
     r = a.shape[0] * groups
-    return a.reshape(r, a.size // r)
+    return np.ascontiguousarray(a).reshape(r, a.size // r)
 
 
 @register("group_norm_forward")
@@ -64,7 +66,7 @@ def group_norm_forward(
     eps: float, dest: np.ndarray | None = None,
 ) -> Any:
     """Kernel of ``_group_norm_forward_ref``: one fused sweep per run (into ``dest``)."""
-    if not (same_dtype(x, gamma, beta) and x.flags.c_contiguous):
+    if not same_dtype(x, gamma, beta):
         return NotImplemented
     dt, c = x.dtype, x.shape[1]
     x2 = _runs(x, num_groups)  # (R, M)
@@ -84,12 +86,11 @@ def group_norm_backward(dout: np.ndarray, cache: GroupNormCache,
     """Kernel of ``_group_norm_backward_ref``: per-channel and per-run sums in one sweep,
     then dx (into ``dest[0]`` when given, which may be dout)."""
     x, groups = cache.x, cache.num_groups
-    if not (same_dtype(x, dout, cache.gamma, cache.beta, cache.mean, cache.rstd)
-            and x.flags.c_contiguous):
+    if not same_dtype(x, dout, cache.gamma, cache.beta, cache.mean, cache.rstd):
         return NotImplemented
     n, c = x.shape[0], x.shape[1]
     x2 = _runs(x, groups)  # (R, M)
-    dy = np.ascontiguousarray(dout).reshape(x2.shape)  # (R, M)
+    dy = _runs(dout, groups)  # (R, M)
     dx = np.empty_like(x2) if dest is None or dest[0] is None else _runs(dest[0], groups)
     kk = _chunks(n, c, groups, x.size)
     pg, pb = np.empty((kk, c)), np.empty((kk, c))  # (K, C) float64 partials
