@@ -96,8 +96,9 @@ def group_norm_backward(dout: np.ndarray, cache: GroupNormCache,
     pg, pb = np.empty((kk, c)), np.empty((kk, c))  # (K, C) float64 partials
     mean = np.ascontiguousarray(cache.mean).reshape(-1)  # (R,)
     rstd = np.ascontiguousarray(cache.rstd).reshape(-1)
-    launch(jit.group_norm_bwd, x.size, dy, x2, mean, rstd, vec(cache.gamma, c, x.dtype, 1.0),
-           groups, dx, pg, pb)
+    kern = jit.group_norm_bwd_flat if x.size == n * c else jit.group_norm_bwd  # S == 1?
+    launch(kern, x.size, dy, x2, mean, rstd, vec(cache.gamma, c, x.dtype, 1.0), groups, dx,
+           pg, pb)
     dgamma, dbeta = reduce_chunks(pg, cache.gamma), reduce_chunks(pb, cache.beta)
     if dest is None:
         return dx.reshape(x.shape), dgamma, dbeta
