@@ -47,6 +47,8 @@ def every_op(seed=0):
     d = dy.copy(); r += [o, *nl.batch_norm_backward(d, c, out=(d, np.empty_like(g), None))]
     x4 = x.reshape(8, 64, 32, 16)
     o, c = nl.group_norm_forward(x4, 8, None, None); r += [o, nl.group_norm_backward(x4, c)[0]]
+    o, c = nl.group_norm_forward(x4, 8, g[:64], g[:64]); r += [o, *nl.group_norm_backward(x4, c)]
+    o, c = nl.group_norm_forward(x, 32, g, g); r += [o, *nl.group_norm_backward(dy, c)]  # 2-D
     r += list(nl.inverted_dropout(x, 0.25, np.random.default_rng(1)))
     r += [nl.precision.quantize(x, f) for f in ("bf16", "e4m3", "e5m2")]
     r.append(nl.precision.quantize(x, "e4m3", rounding="stochastic", rng=np.random.default_rng(2)))
