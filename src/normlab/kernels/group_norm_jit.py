@@ -24,8 +24,9 @@ read before the dx value at its place is written, so dx may be dout's memory.
 
 Determinism: the backward runs one task per (sample chunk k, group g); task (k, g) owns
 channels [g * Cg, (g + 1) * Cg) of partial row k, adding its samples in order. K depends on
-the shape only (:func:`normlab.kernels.row_norms_jit.chunk_count`), and the adapter sums
-the K partial rows in chunk order, so results are bit-identical on any thread count.
+the shape only (``_chunks`` in :mod:`normlab.kernels.group_norm`), and the adapter sums
+the K partial rows in chunk order, so results are bit-identical on any thread count (and
+between the parallel and the serial twin).
 """
 
 from __future__ import annotations
