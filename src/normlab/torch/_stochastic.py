@@ -40,7 +40,10 @@ from normlab.precision.formats import Format, NanConvention
 from normlab.precision.random_bits import GOLDEN_GAMMA
 from normlab.torch._import import torch
 
-__all__ = ["CHUNK", "fast_kernel", "round_chunked", "splitmix64", "stochastic_words"]
+__all__ = [
+    "CHUNK", "fast_kernel", "round_chunked", "splitmix64", "splitmix64_int",
+    "stochastic_words",
+]
 
 CHUNK = 1 << 16  # elements per CPU chunk: a few int64/float32 temporaries fit in L2
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
@@ -95,10 +98,32 @@ def splitmix64(counter: torch.Tensor) -> torch.Tensor:
     return _mix(counter + _i64(GOLDEN_GAMMA))
 
 
+def splitmix64_int(state: int) -> int:
+    """SplitMix64 of one uint64 state, on Python ints (the value the array functions give).
+
+    Plain integer arithmetic, so ``torch.compile`` folds it into a constant where the
+    state is one (NumPy uint64 scalars are not traceable).
+
+    Example
+    -------
+    >>> hex(splitmix64_int(0))
+    '0xe220a8397b1dcdaf'
+    """
+    mask = 2**64 - 1
+    z = (int(state) + GOLDEN_GAMMA) & mask
+    z = ((z ^ (z >> 30)) * _MIX1) & mask
+    z = ((z ^ (z >> 27)) * _MIX2) & mask
+    return z ^ (z >> 31)
+
+
 def _words(seed: int, start: int, n: int, device: Any, *, top_only: bool = False) -> torch.Tensor:
     """``splitmix64(seed + start + j)`` for j < n: (n,) int64 (see :func:`_mix`)."""
     z = torch.arange(n, dtype=torch.int64, device=device)  # (C,)
-    z += _i64(seed + start + GOLDEN_GAMMA)
+    # seed enters as two 32-bit halves and every Python-side constant fits int64: under
+    # torch.compile the seed may be a symbolic int, and the generated code is int64
+    hi, lo = seed // 2**32, seed % 2**32
+    z += _i64(start + GOLDEN_GAMMA) + lo
+    z += torch.full((), hi, dtype=torch.int64, device=device) << 32  # wraps mod 2^64
     return _mix(z, top_only=top_only)
 
 
@@ -164,7 +189,8 @@ def _scaled(fmt: Format, saturate: bool) -> Kernel:
     m = fmt.mantissa_bits
     lo, hi = fmt.emin + 127, fmt.emax + 128  # biased exponent of |x|, clamped
     # above 2^(emax + 1) every magnitude overflows, whatever quantum it is rounded with
-    max_bits = int(torch.tensor(fmt.max, dtype=torch.float32).view(torch.int32))
+    # float32 bits of max = max_significand 2^(emax - m) (plain ints: nothing to trace)
+    max_bits = ((fmt.emax + 127) << 23) | ((fmt.max_significand - (1 << m)) << (23 - m))
     clamp = saturate or not fmt.has_nan
     over_bits = _INF32 if fmt.has_infinity else _QNAN32
 
