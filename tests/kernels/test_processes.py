@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -190,6 +191,10 @@ def test_read_only_install_without_a_writable_home_warns_once_and_computes():
     assert "cannot cache" in message and "NUMBA_CACHE_DIR" in message
     # the kernels recovered through a temporary cache, not by falling back to the references
     assert "temporary folder" in message
+    # ... which the process removed when it exited
+    folder = re.search(r"temporary folder (\S+?)\. ", message)
+    assert folder is not None, message
+    assert not Path(folder.group(1)).exists()
 
 
 def test_a_truncated_cache_file_heals_itself():
