@@ -20,6 +20,9 @@ second rounding.
 Stochastic rounding takes ``random_bits`` (an int64 tensor with the bits of NumPy's
 uint64 words) or ``seed``: element i of the flattened tensor uses
 ``splitmix64(seed + i)`` (:mod:`normlab.precision.random_bits`), on every device.
+float32 input to bf16, fp16, the fp8/fp6/fp4 formats (signed, with subnormals) takes the
+fast kernels of :mod:`normlab.torch._stochastic` (the same bits, a fraction of the passes);
+on the CPU large tensors are rounded in chunks, their words generated per chunk.
 """
 
 from __future__ import annotations
