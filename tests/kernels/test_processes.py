@@ -43,6 +43,8 @@ def every_op(seed=0):
     rm, rv = np.zeros(512, np.float32), np.ones(512, np.float32)
     o, c = nl.batch_norm_forward(x, g, g, rm, rv, True)
     r += [o, rm, rv, *nl.batch_norm_backward(dy, c)]
+    o, c = nl.batch_norm_forward(x, g, g, None, None, True, out=np.empty_like(x))  # in place
+    d = dy.copy(); r += [o, *nl.batch_norm_backward(d, c, out=(d, np.empty_like(g), None))]
     x4 = x.reshape(8, 64, 32, 16)
     o, c = nl.group_norm_forward(x4, 8, None, None); r += [o, nl.group_norm_backward(x4, c)[0]]
     r += list(nl.inverted_dropout(x, 0.25, np.random.default_rng(1)))
