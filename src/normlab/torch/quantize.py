@@ -35,6 +35,7 @@ from normlab.precision.formats import (
 )
 from normlab.precision.random_bits import GOLDEN_GAMMA, check_seed
 from normlab.precision.rounding import RoundingMode, _check_mode
+from normlab.torch._cpuround import nearest_chunks
 from normlab.torch._import import torch
 from normlab.torch.formats import get_format
 
@@ -380,13 +381,16 @@ def quantize(
         raise TypeError(f"saturate must be a bool; got {saturate!r}")
     words = _check_randomness(mode, seed, random_bits, t)
     x = t.detach()
+    if (mode is RoundingMode.NEAREST and fmt in _NATIVE and x.device.type == "cpu"
+            and x.dtype != torch.float64 and not torch.compiler.is_compiling()):
+        return nearest_chunks(x, fmt, saturate)  # CPU: chunked, same bits
     if x.dtype in _WIDENED:
         return quantize(x.float(), fmt, rounding=mode, saturate=saturate,
                         random_bits=None if words is None else words.reshape(t.shape),
                         ).to(t.dtype)
     if mode is RoundingMode.NEAREST and x.dtype == torch.float32 and fmt in _NATIVE:
         if not torch.compiler.is_compiling():  # compiled: the fused bit path needs no checks
-            return _nearest_by_cast(x, fmt, saturate)
+            return _nearest_by_cast(x, fmt, saturate)  # whole tensor (CUDA)
     x = x.contiguous()
     sign, n, qe, kind, _, s = _components(x, fmt, mode, words)
     parts = _specials(fmt, mode, saturate, sign, n, qe, kind, (s > 0) | (kind != _FINITE))

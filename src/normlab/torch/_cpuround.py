@@ -1,0 +1,208 @@
+"""Round-to-nearest-even of CPU tensors into bf16, fp16, E4M3FN and E5M2, chunk by chunk.
+
+Dimension letters: N elements (the flattened C-order input), K elements of one chunk.
+
+Contract: bit-identical to :func:`normlab.precision.quantize` (``rounding="nearest"``) for
+float32 inputs, and to its float32 result cast back for bfloat16/float16 inputs, exactly as
+:func:`normlab.torch.quantize` defines them; the result never depends on the chunk size or
+the number of threads (every element is rounded on its own).
+
+Why chunks: on a large tensor the whole-tensor casts make several full-size temporaries
+(the narrow intermediate, the float32 result, the NaN/overflow check), and every fresh
+allocation costs page faults. Here the output is the only full-size allocation (asking the
+kernel for huge pages where it can, as NumPy does for its arrays); the intermediates are
+small scratch buffers that are reused for each chunk of ``_CHUNK`` elements and stay in
+the caches, and the NaN/overflow check reads each chunk while it is still cached.
+
+How each format rounds a float32 chunk:
+
+- bf16, fp16, E5M2: torch's casts to the format's dtype and back, which round to nearest
+  even like the reference for every input that is neither NaN nor (E4M3FN) beyond the
+  overflow threshold.
+- E4M3FN: arithmetic instead of torch's fp8 -> float32 cast, which is slow on CPU. With
+  ``c = 2^(max(floor(log2|x|), emin) + 23 - m)`` (m = 3, emin = -6), ``|x| + c`` lies in
+  ``[c, 2c)`` where float32's spacing is ``2^(max(floor(log2|x|), emin) - m)``, the format's
+  quantum at x; the float32 addition rounds it there to nearest, ties to even (c is an
+  even multiple of the quantum, so the parities agree), and ``(|x| + c) - c`` is exact.
+  The sign is copied back, so values that round to zero keep it. c is built on the bits:
+  the exponent field of ``clamp(|x|, 2^emin, 2^9)`` plus ``(23 - m) << 23``; inputs above
+  2^9 (all beyond the overflow threshold 464) and NaN take the fix-up below.
+
+Fix-up, per chunk and only when the chunk holds one: NaN becomes the reference's quiet
+NaN with the input's sign (casts and additions keep payloads), and without ``saturate``
+E4M3FN values beyond 464 (the midpoint between 448 and the NaN code) become NaN. With
+``saturate`` the input is clamped to +-max first (NaN stays NaN).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+from collections.abc import Callable
+
+import torch
+
+from normlab.precision.formats import BFLOAT16, FLOAT8_E4M3FN, FLOAT8_E5M2, FLOAT16, Format
+
+__all__ = ["nearest_chunks", "chunked_formats"]
+
+_CHUNK = 1 << 18  # elements: 1 MiB of float32 per buffer, split between the threads
+_HUGE_BYTES = 1 << 22  # outputs from 4 MiB on ask for huge pages (NumPy's threshold)
+_HUGE_PAGE = 1 << 21
+_MADV_HUGEPAGE = 14  # Linux <sys/mman.h>
+_CASTS = {BFLOAT16: torch.bfloat16, FLOAT16: torch.float16, FLOAT8_E5M2: torch.float8_e5m2}
+_EXP_MASK = 0x7F800000
+_madvise: list[Callable[[int, int, int], int] | None] = []
+
+
+def chunked_formats() -> tuple[Format, ...]:
+    """The formats :func:`nearest_chunks` handles.
+
+    Returns
+    -------
+    tuple of Format
+
+    Example
+    -------
+    >>> [f.name for f in chunked_formats()]
+    ['bfloat16', 'float16', 'float8_e5m2', 'float8_e4m3fn']
+    """
+    return (*_CASTS, FLOAT8_E4M3FN)
+
+
+def _libc_madvise() -> Callable[[int, int, int], int] | None:
+    """libc's ``madvise`` on Linux (looked up once), else None."""
+    if not _madvise:
+        fn = None
+        if sys.platform.startswith("linux"):
+            try:
+                fn = ctypes.CDLL(None, use_errno=True).madvise
+                fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+                fn.restype = ctypes.c_int
+            except (OSError, AttributeError):
+                fn = None
+        _madvise.append(fn)
+    return _madvise[0]
+
+
+def _empty(n: int, dtype: torch.dtype) -> torch.Tensor:
+    """An uninitialised (n,) CPU tensor; from 4 MiB on its whole 2 MiB pages are advised
+    as huge pages before anything touches them (fewer page faults on the first write).
+    An ordinary torch tensor: the advice only concerns how the kernel backs the memory."""
+    out = torch.empty(n, dtype=dtype)
+    nbytes = n * out.element_size()
+    madvise = _libc_madvise() if nbytes >= _HUGE_BYTES else None
+    if madvise is not None:
+        start = (out.data_ptr() + _HUGE_PAGE - 1) & ~(_HUGE_PAGE - 1)
+        end = (out.data_ptr() + nbytes) & ~(_HUGE_PAGE - 1)
+        if end > start:
+            madvise(start, end - start, _MADV_HUGEPAGE)  # advice only: failure is harmless
+    return out
+
+
+class _Scratch:
+    """The reused (K,) buffers of one call."""
+
+    def __init__(self, k: int, fmt: Format, widened: bool, saturate: bool) -> None:
+        def f32() -> torch.Tensor:
+            return torch.empty(k, dtype=torch.float32)
+
+        self.load = f32() if widened else None  # the chunk widened to float32
+        self.stage = f32() if widened else None  # the float32 result before narrowing
+        self.clamped = f32() if saturate else None
+        native = _CASTS.get(fmt)
+        self.narrow = None if native is None else torch.empty(k, dtype=native)
+        self.mag = f32() if native is None else None  # E4M3FN: |x| + c - c
+
+
+def _round_cast(src: torch.Tensor, dst: torch.Tensor, narrow: torch.Tensor) -> None:
+    """dst = src cast to the narrow dtype and back (both casts in place)."""
+    narrow.copy_(src)
+    dst.copy_(narrow)
+
+
+def _round_e4m3(src: torch.Tensor, dst: torch.Tensor, mag: torch.Tensor, m: int,
+                emin: int) -> None:
+    """dst = E4M3FN rounding of src by ``(|x| + c) - c`` (module docstring); dst holds c
+    in between. Exact for |src| <= 2^9; larger and NaN inputs are fixed up by the caller."""
+    torch.abs(src, out=mag)
+    c = dst.view(torch.int32)
+    torch.clamp(mag.view(torch.int32), (127 + emin) << 23, (127 + 9) << 23, out=c)
+    c.bitwise_and_(_EXP_MASK).add_((23 - m) << 23)  # bits of 2^(e + 23 - m)
+    mag.add_(dst).sub_(dst)  # one rounding to the quantum, then exact
+    torch.copysign(mag, src, out=dst)
+
+
+def _fix(x: torch.Tensor, dst: torch.Tensor, limit: float) -> None:
+    """Where x is NaN or |x| > limit, dst becomes the quiet NaN with x's sign."""
+    lo, hi = torch.aminmax(x)  # NaN propagates into both
+    if float(hi) <= limit and float(lo) >= -limit:
+        return
+    bad = ~(x.abs() <= limit)
+    nan = torch.copysign(torch.tensor(float("nan")), x)
+    dst.copy_(torch.where(bad, nan, dst))
+
+
+def _limit(fmt: Format, saturate: bool) -> float:
+    """|x| above which (or NaN) the fix-up applies; the inf formats overflow by the cast."""
+    if not saturate and not fmt.has_infinity:
+        return fmt.max + 2.0 ** (fmt.emax - fmt.mantissa_bits - 1)
+    return float("inf")
+
+
+def nearest_chunks(x: torch.Tensor, fmt: Format, saturate: bool) -> torch.Tensor:
+    """Round CPU tensor ``x`` to nearest-even ``fmt`` (one of :func:`chunked_formats`).
+
+    Parameters
+    ----------
+    x : Tensor of float32, bfloat16 or float16 on the CPU, any shape and strides, not
+        requiring grad (the caller detaches)
+    fmt : Format, one of :func:`chunked_formats`
+    saturate : bool
+        Overflow and infinities become +-max instead of inf/NaN.
+
+    Returns
+    -------
+    A new contiguous tensor of x's dtype and shape: bfloat16/float16 inputs are rounded in
+    float32 and cast back to nearest even, as :func:`normlab.torch.quantize` does.
+
+    Raises
+    ------
+    KeyError
+        fmt not one of :func:`chunked_formats` (callers check first).
+
+    Example
+    -------
+    >>> from normlab.precision import get_format
+    >>> nearest_chunks(torch.tensor([1.0 + 2**-4, 465.0]), get_format("e4m3"), False)
+    tensor([1., nan])
+    """
+    if fmt not in chunked_formats():
+        names = [f.name for f in chunked_formats()]
+        raise KeyError(f"fmt {fmt.name!r} is not one of the chunked formats {names}")
+    n = x.numel()
+    flat = x.reshape(-1)  # N; a copy only if x is not contiguous
+    out = _empty(n, x.dtype)  # N
+    if n == 0:
+        return out.view(x.shape)
+    k = min(n, _CHUNK)
+    widened = x.dtype != torch.float32
+    s = _Scratch(k, fmt, widened, saturate)
+    limit = _limit(fmt, saturate)
+    for i in range(0, n, k):
+        xc = flat[i:i + k]  # K
+        j = xc.numel()
+        if s.load is not None:
+            xc = s.load[:j].copy_(xc)  # exact widening
+        src = xc if s.clamped is None else torch.clamp(xc, -fmt.max, fmt.max,
+                                                       out=s.clamped[:j])
+        dst = out[i:i + j] if s.stage is None else s.stage[:j]
+        if s.narrow is not None:
+            _round_cast(src, dst, s.narrow[:j])
+        else:
+            assert s.mag is not None
+            _round_e4m3(src, dst, s.mag[:j], fmt.mantissa_bits, fmt.emin)
+        _fix(xc, dst, limit)
+        if s.stage is not None:
+            out[i:i + j].copy_(dst)  # round to nearest even into the input dtype
+    return out.view(x.shape)
