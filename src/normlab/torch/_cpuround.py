@@ -11,8 +11,11 @@ Why chunks: on a large tensor the whole-tensor casts make several full-size temp
 (the narrow intermediate, the float32 result, the NaN/overflow check), and every fresh
 allocation costs page faults. Here the output is the only full-size allocation (asking the
 kernel for huge pages where it can, as NumPy does for its arrays); the intermediates are
-small scratch buffers that are reused for each chunk of ``_CHUNK`` elements and stay in
-the caches, and the NaN/overflow check reads each chunk while it is still cached.
+scratch buffers of one chunk (``_CHUNK`` elements, 4 MiB of float32) that are reused for
+every chunk and stay in the caches, and the NaN/overflow check reads each chunk while it
+is still cached. Each torch op on a chunk runs on torch's intra-op threads; the chunk is
+large enough that their start-up cost (one parallel region per op and chunk) stays small
+next to the work.
 
 How each format rounds a float32 chunk:
 
@@ -20,13 +23,15 @@ How each format rounds a float32 chunk:
   even like the reference for every input that is neither NaN nor (E4M3FN) beyond the
   overflow threshold.
 - E4M3FN: arithmetic instead of torch's fp8 -> float32 cast, which is slow on CPU. With
-  ``c = 2^(max(floor(log2|x|), emin) + 23 - m)`` (m = 3, emin = -6), ``|x| + c`` lies in
-  ``[c, 2c)`` where float32's spacing is ``2^(max(floor(log2|x|), emin) - m)``, the format's
-  quantum at x; the float32 addition rounds it there to nearest, ties to even (c is an
-  even multiple of the quantum, so the parities agree), and ``(|x| + c) - c`` is exact.
-  The sign is copied back, so values that round to zero keep it. c is built on the bits:
-  the exponent field of ``clamp(|x|, 2^emin, 2^9)`` plus ``(23 - m) << 23``; inputs above
-  2^9 (all beyond the overflow threshold 464) and NaN take the fix-up below.
+  ``e = clamp(floor(log2|x|), emin, 9)`` (m = 3, emin = -6) and ``c = 1.5 * 2^(e + 23 - m)``,
+  ``x + c`` lies in ``[2^(e + 23 - m), 2^(e + 24 - m))`` for every ``|x| < 2^(e + 1)``, of
+  either sign, where float32's spacing is ``2^(e - m)``, the format's quantum at x; the
+  float32 addition rounds there to nearest, ties to even (c is an even multiple of the
+  quantum, so the parities agree), and ``(x + c) - c`` is exact. The sign is copied back
+  (a negative x that rounds to zero gives -0). ``2^floor(log2|x|)`` is x's bits with the
+  sign and mantissa masked off (0 for zeros and subnormals, which the clamp lifts to
+  ``2^emin``); inputs from 2^10 on (all beyond the overflow threshold 464) and NaN take
+  the fix-up below.
 
 Fix-up, per chunk and only when the chunk holds one: NaN becomes the reference's quiet
 NaN with the input's sign (casts and additions keep payloads), and without ``saturate``
@@ -44,9 +49,9 @@ import torch
 
 from normlab.precision.formats import BFLOAT16, FLOAT8_E4M3FN, FLOAT8_E5M2, FLOAT16, Format
 
-__all__ = ["nearest_chunks", "chunked_formats"]
+__all__ = ["chunked_formats", "nearest_chunks"]
 
-_CHUNK = 1 << 18  # elements: 1 MiB of float32 per buffer, split between the threads
+_CHUNK = 1 << 20  # elements: 4 MiB of float32 per buffer, split between the threads
 _HUGE_BYTES = 1 << 22  # outputs from 4 MiB on ask for huge pages (NumPy's threshold)
 _HUGE_PAGE = 1 << 21
 _MADV_HUGEPAGE = 14  # Linux <sys/mman.h>
@@ -112,7 +117,7 @@ class _Scratch:
         self.clamped = f32() if saturate else None
         native = _CASTS.get(fmt)
         self.narrow = None if native is None else torch.empty(k, dtype=native)
-        self.mag = f32() if native is None else None  # E4M3FN: |x| + c - c
+        self.c = f32() if native is None else None  # E4M3FN: (x + c) - c
 
 
 def _round_cast(src: torch.Tensor, dst: torch.Tensor, narrow: torch.Tensor) -> None:
@@ -121,16 +126,17 @@ def _round_cast(src: torch.Tensor, dst: torch.Tensor, narrow: torch.Tensor) -> N
     dst.copy_(narrow)
 
 
-def _round_e4m3(src: torch.Tensor, dst: torch.Tensor, mag: torch.Tensor, m: int,
+def _round_e4m3(src: torch.Tensor, dst: torch.Tensor, c: torch.Tensor, m: int,
                 emin: int) -> None:
-    """dst = E4M3FN rounding of src by ``(|x| + c) - c`` (module docstring); dst holds c
-    in between. Exact for |src| <= 2^9; larger and NaN inputs are fixed up by the caller."""
-    torch.abs(src, out=mag)
-    c = dst.view(torch.int32)
-    torch.clamp(mag.view(torch.int32), (127 + emin) << 23, (127 + 9) << 23, out=c)
-    c.bitwise_and_(_EXP_MASK).add_((23 - m) << 23)  # bits of 2^(e + 23 - m)
-    mag.add_(dst).sub_(dst)  # one rounding to the quantum, then exact
-    torch.copysign(mag, src, out=dst)
+    """dst = E4M3FN rounding of src by ``(x + c) - c`` (module docstring); ``c`` is scratch.
+    Exact for |src| < 2^10; larger and NaN inputs are fixed up by the caller."""
+    bits = c.view(torch.int32)
+    torch.bitwise_and(src.view(torch.int32), _EXP_MASK, out=bits)  # 2^floor(log2|x|)
+    bits.clamp_((127 + emin) << 23, (127 + 9) << 23)  # 2^e, e = clamp(floor(log2|x|))
+    scale = 1.5 * 2.0 ** (23 - m)  # c = scale * 2^e, exact
+    torch.add(src, c, alpha=scale, out=dst)  # one rounding, to the quantum 2^(e - m)
+    dst.sub_(c, alpha=scale)  # exact
+    torch.copysign(dst, src, out=dst)  # a negative x that rounds to 0 gives -0
 
 
 def _fix(x: torch.Tensor, dst: torch.Tensor, limit: float) -> None:
@@ -200,8 +206,8 @@ def nearest_chunks(x: torch.Tensor, fmt: Format, saturate: bool) -> torch.Tensor
         if s.narrow is not None:
             _round_cast(src, dst, s.narrow[:j])
         else:
-            assert s.mag is not None
-            _round_e4m3(src, dst, s.mag[:j], fmt.mantissa_bits, fmt.emin)
+            assert s.c is not None
+            _round_e4m3(src, dst, s.c[:j], fmt.mantissa_bits, fmt.emin)
         _fix(xc, dst, limit)
         if s.stage is not None:
             out[i:i + j].copy_(dst)  # round to nearest even into the input dtype
