@@ -19,6 +19,7 @@ import normlab.torch as nt  # noqa: E402
 from normlab.precision import decode, get_format, quantize  # noqa: E402
 from normlab.torch import _cpuround  # noqa: E402
 from normlab.torch._fastround import round_elements  # noqa: E402
+from normlab.torch.quantize import _nearest_by_cast  # noqa: E402
 
 FORMATS = ["bf16", "fp16", "e4m3", "e5m2"]
 SPECIALS = np.array([0x7FC00000, 0xFFC00000, 0x7F800001, 0xFFA00001, 0x7F800000, 0xFF800000,
@@ -121,6 +122,20 @@ def test_large_output_is_an_ordinary_tensor():
     q.resize_(1 << 22)  # resizable storage, as any torch.empty (.numpy() would pin it)
     assert q.numel() == 1 << 22
     assert q.requires_grad_().sum().grad_fn is not None
+
+
+@pytest.mark.parametrize("saturate", [False, True])
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_whole_tensor_paths_stay_exact(fmt, saturate, rng):
+    # the casts CUDA (and torch.compile, and grad-tracking round_elements inputs) still
+    # take, checked here on the CPU on the same patterns
+    x = _patterns(fmt, rng)
+    want = _want(x, fmt, saturate)
+    got = _nearest_by_cast(torch.from_numpy(x), get_format(fmt), saturate)
+    np.testing.assert_array_equal(_bits(got), want)
+    tracked = torch.from_numpy(x).requires_grad_()
+    fast = round_elements(tracked, get_format(fmt), saturate=saturate)
+    np.testing.assert_array_equal(_bits(fast.detach()), want)
 
 
 def test_unknown_format_raises():

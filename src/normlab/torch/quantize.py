@@ -10,7 +10,9 @@ whether to add one, a carry renormalises, then overflow, infinity, NaN, zero and
 apply. Everything runs as torch tensor ops on int64 views of the bits, so one code path
 serves every device. torch has no uint64 arithmetic on all devices: 64-bit words live in
 int64 with the same bits, shifts of words are made logical by masking, and unsigned
-comparisons flip the sign bit of both sides first.
+comparisons flip the sign bit of both sides first. Round-to-nearest into bf16, fp16 and
+the OCP fp8 formats takes faster routes with the same bits: on the CPU chunk by chunk
+(:mod:`normlab.torch._cpuround`), elsewhere whole-tensor casts (``_nearest_by_cast``).
 
 bfloat16 and float16 inputs are widened to float32 (exact), rounded there, and cast back
 with the input dtype's round-to-nearest-even; the cast is exact whenever the format's
