@@ -92,11 +92,14 @@ def test_layouts_and_sizes(fmt, rng, monkeypatch):
         got = nt.quantize(view, fmt)
         assert got.shape == view.shape
         np.testing.assert_array_equal(_bits(got), _want(view.contiguous().numpy(), fmt, False))
-    zero_d = torch.tensor(float("nan")).neg()
-    assert _bits(nt.quantize(zero_d, fmt)).item() == 0xFFC00000  # quiet NaN, sign kept
-    assert nt.quantize(torch.tensor(-0.0), fmt).view(torch.int32).item() == -(2**31)
-    for shape in [(0,), (3, 0, 2)]:
-        assert nt.quantize(torch.empty(shape), fmt).shape == shape
+    f = get_format(fmt)
+    for rnd in (nt.quantize, lambda t, f: _cpuround.nearest_chunks(t, f, False)):
+        # quantize takes the whole-tensor casts for so few elements, the chunks directly
+        zero_d = torch.tensor(float("nan")).neg()
+        assert _bits(rnd(zero_d, f)).item() == 0xFFC00000  # quiet NaN, sign kept
+        assert rnd(torch.tensor(-0.0), f).view(torch.int32).item() == -(2**31)
+        for shape in [(0,), (3, 0, 2)]:
+            assert rnd(torch.empty(shape), f).shape == shape
 
 
 def test_independent_of_thread_count(rng):
@@ -136,6 +139,16 @@ def test_whole_tensor_paths_stay_exact(fmt, saturate, rng):
     tracked = torch.from_numpy(x).requires_grad_()
     fast = round_elements(tracked, get_format(fmt), saturate=saturate)
     np.testing.assert_array_equal(_bits(fast.detach()), want)
+
+
+def test_route_by_size_and_device():
+    assert not _cpuround.use_chunks(torch.zeros(_cpuround._MIN_ELEMENTS - 1))
+    assert _cpuround.use_chunks(torch.zeros(_cpuround._MIN_ELEMENTS))
+    assert not _cpuround.use_chunks(torch.zeros(1 << 16, device="meta"))
+    tracked = torch.zeros(1 << 16, requires_grad=True)
+    assert not _cpuround.use_chunks(tracked)
+    with torch.no_grad():
+        assert _cpuround.use_chunks(tracked)
 
 
 def test_unknown_format_raises():

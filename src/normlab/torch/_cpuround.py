@@ -49,9 +49,10 @@ import torch
 
 from normlab.precision.formats import BFLOAT16, FLOAT8_E4M3FN, FLOAT8_E5M2, FLOAT16, Format
 
-__all__ = ["chunked_formats", "nearest_chunks"]
+__all__ = ["chunked_formats", "nearest_chunks", "use_chunks"]
 
 _CHUNK = 1 << 20  # elements: 4 MiB of float32 per buffer, split between the threads
+_MIN_ELEMENTS = 1 << 12  # below, the whole-tensor casts cost less per call
 _HUGE_BYTES = 1 << 22  # outputs from 4 MiB on ask for huge pages (NumPy's threshold)
 _HUGE_PAGE = 1 << 21
 _MADV_HUGEPAGE = 14  # Linux <sys/mman.h>
@@ -73,6 +74,29 @@ def chunked_formats() -> tuple[Format, ...]:
     ['bfloat16', 'float16', 'float8_e5m2', 'float8_e4m3fn']
     """
     return (*_CASTS, FLOAT8_E4M3FN)
+
+
+def use_chunks(x: torch.Tensor) -> bool:
+    """Whether :func:`nearest_chunks` is the faster route for ``x``: an eager CPU tensor of
+    at least ``_MIN_ELEMENTS`` elements that does not track gradients (CUDA and
+    ``torch.compile`` keep whole-tensor ops: no Python loop there).
+
+    Parameters
+    ----------
+    x : Tensor
+
+    Returns
+    -------
+    bool
+
+    Example
+    -------
+    >>> use_chunks(torch.zeros(8)), use_chunks(torch.zeros(64, 512))
+    (False, True)
+    """
+    return (x.device.type == "cpu" and x.numel() >= _MIN_ELEMENTS
+            and not torch.compiler.is_compiling()
+            and not (x.requires_grad and torch.is_grad_enabled()))
 
 
 def _libc_madvise() -> Callable[[int, int, int], int] | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from normlab.precision.formats import Format
-from normlab.torch._cpuround import chunked_formats, nearest_chunks
+from normlab.torch._cpuround import chunked_formats, nearest_chunks, use_chunks
 from normlab.torch.quantize import quantize
 
 __all__ = ["round_elements"]
@@ -42,27 +42,20 @@ def _canonical_nan(t: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     return torch.where(torch.isnan(t), torch.copysign(nan, t), out)
 
 
-def _chunkable(t: torch.Tensor) -> bool:
-    """CPU, eager and outside autograd: the in-place chunk loop of :func:`nearest_chunks`
-    (on CUDA, under torch.compile and for grad-tracking inputs the whole-tensor casts)."""
-    return (t.device.type == "cpu" and not torch.compiler.is_compiling()
-            and not (t.requires_grad and torch.is_grad_enabled()))
-
-
 def round_elements(t: torch.Tensor, fmt: Format, *, saturate: bool = True,
                    seed: int | None = None) -> torch.Tensor:
     """Round float32 ``t`` to ``fmt`` (nearest even, or stochastic with the stream of ``seed``).
 
     Bit-identical to :func:`normlab.torch.quantize`; round-to-nearest into bf16, fp16 and
     the two OCP fp8 formats uses PyTorch's native casts (correctly rounded, ties to even;
-    saturation by clamping first; on the CPU chunk by chunk, see
+    saturation by clamping first; large CPU tensors chunk by chunk, see
     :func:`~normlab.torch._cpuround.nearest_chunks`), E2M1 a comparison ladder, every other
     case ``quantize``.
     Those shortcuts are about 15x faster on small tensors and are tested against
     ``quantize`` on every bf16-prefix bit pattern and every midpoint of each format.
     """
     if seed is None and t.dtype == torch.float32:
-        if fmt in chunked_formats() and _chunkable(t):
+        if fmt in chunked_formats() and use_chunks(t):
             return nearest_chunks(t, fmt, saturate)
         native = _NATIVE.get(fmt.name)
         if native is not None and (saturate or native in (torch.bfloat16, torch.float16)):

@@ -11,8 +11,8 @@ apply. Everything runs as torch tensor ops on int64 views of the bits, so one co
 serves every device. torch has no uint64 arithmetic on all devices: 64-bit words live in
 int64 with the same bits, shifts of words are made logical by masking, and unsigned
 comparisons flip the sign bit of both sides first. Round-to-nearest into bf16, fp16 and
-the OCP fp8 formats takes faster routes with the same bits: on the CPU chunk by chunk
-(:mod:`normlab.torch._cpuround`), elsewhere whole-tensor casts (``_nearest_by_cast``).
+the OCP fp8 formats takes faster routes with the same bits: large CPU tensors chunk by
+chunk (:mod:`normlab.torch._cpuround`), the rest whole-tensor casts (``_nearest_by_cast``).
 
 bfloat16 and float16 inputs are widened to float32 (exact), rounded there, and cast back
 with the input dtype's round-to-nearest-even; the cast is exact whenever the format's
@@ -37,7 +37,7 @@ from normlab.precision.formats import (
 )
 from normlab.precision.random_bits import GOLDEN_GAMMA, check_seed
 from normlab.precision.rounding import RoundingMode, _check_mode
-from normlab.torch._cpuround import nearest_chunks
+from normlab.torch._cpuround import nearest_chunks, use_chunks
 from normlab.torch._import import torch
 from normlab.torch.formats import get_format
 
@@ -383,9 +383,9 @@ def quantize(
         raise TypeError(f"saturate must be a bool; got {saturate!r}")
     words = _check_randomness(mode, seed, random_bits, t)
     x = t.detach()
-    if (mode is RoundingMode.NEAREST and fmt in _NATIVE and x.device.type == "cpu"
-            and x.dtype != torch.float64 and not torch.compiler.is_compiling()):
-        return nearest_chunks(x, fmt, saturate)  # CPU: chunked, same bits
+    if (mode is RoundingMode.NEAREST and fmt in _NATIVE and x.dtype != torch.float64
+            and use_chunks(x)):
+        return nearest_chunks(x, fmt, saturate)  # CPU, large enough: same bits, faster
     if x.dtype in _WIDENED:
         return quantize(x.float(), fmt, rounding=mode, saturate=saturate,
                         random_bits=None if words is None else words.reshape(t.shape),
