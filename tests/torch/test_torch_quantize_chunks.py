@@ -62,6 +62,7 @@ def test_float32_chunks_bit_identical(fmt, saturate, chunk, rng, monkeypatch):
     assert x.size > _cpuround._CHUNK
     if chunk is not None:
         monkeypatch.setattr(_cpuround, "_CHUNK", chunk)
+        monkeypatch.setattr(_cpuround, "_MIN_CASTS", 1)
         x = x[:20011]  # a chunk of 1 is slow: a prefix, still every special
     want = _want(x, fmt, saturate)
     got = nt.quantize(torch.from_numpy(x), fmt, saturate=saturate)
@@ -74,6 +75,7 @@ def test_float32_chunks_bit_identical(fmt, saturate, chunk, rng, monkeypatch):
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_half_inputs_chunked(fmt, dtype, rng, monkeypatch):
     monkeypatch.setattr(_cpuround, "_CHUNK", 4093)
+    monkeypatch.setattr(_cpuround, "_MIN_CASTS", 1)
     x16 = torch.from_numpy(_patterns(fmt, rng)[:50000]).to(dtype)
     wide = x16.float().numpy()
     for saturate in (False, True):
@@ -87,6 +89,7 @@ def test_half_inputs_chunked(fmt, dtype, rng, monkeypatch):
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_layouts_and_sizes(fmt, rng, monkeypatch):
     monkeypatch.setattr(_cpuround, "_CHUNK", 1000)
+    monkeypatch.setattr(_cpuround, "_MIN_CASTS", 1)
     x = torch.from_numpy(_patterns(fmt, rng)[:60000].reshape(200, 300))
     for view in (x.t(), x[::3, 1::2], x.reshape(2, 100, 300).permute(2, 0, 1)):
         got = nt.quantize(view, fmt)
@@ -94,7 +97,7 @@ def test_layouts_and_sizes(fmt, rng, monkeypatch):
         np.testing.assert_array_equal(_bits(got), _want(view.contiguous().numpy(), fmt, False))
     f = get_format(fmt)
     for rnd in (nt.quantize, lambda t, f: _cpuround.nearest_chunks(t, f, False)):
-        # quantize takes the whole-tensor casts for so few elements, the chunks directly
+        # quantize takes the whole-tensor casts for 0 or 1 element; the chunks directly
         zero_d = torch.tensor(float("nan")).neg()
         assert _bits(rnd(zero_d, f)).item() == 0xFFC00000  # quiet NaN, sign kept
         assert rnd(torch.tensor(-0.0), f).view(torch.int32).item() == -(2**31)
@@ -102,7 +105,8 @@ def test_layouts_and_sizes(fmt, rng, monkeypatch):
             assert rnd(torch.empty(shape), f).shape == shape
 
 
-def test_independent_of_thread_count(rng):
+def test_independent_of_thread_count(rng, monkeypatch):
+    monkeypatch.setattr(_cpuround, "_MIN_CASTS", 1)
     x = torch.from_numpy(_patterns("e4m3", rng))
     before = torch.get_num_threads()
     try:
@@ -142,13 +146,17 @@ def test_whole_tensor_paths_stay_exact(fmt, saturate, rng):
 
 
 def test_route_by_size_and_device():
-    assert not _cpuround.use_chunks(torch.zeros(_cpuround._MIN_ELEMENTS - 1))
-    assert _cpuround.use_chunks(torch.zeros(_cpuround._MIN_ELEMENTS))
-    assert not _cpuround.use_chunks(torch.zeros(1 << 16, device="meta"))
-    tracked = torch.zeros(1 << 16, requires_grad=True)
-    assert not _cpuround.use_chunks(tracked)
+    e4m3, bf16 = get_format("e4m3"), get_format("bf16")
+    assert not _cpuround.use_chunks(torch.zeros(_cpuround._MIN_E4M3 - 1), e4m3)
+    assert _cpuround.use_chunks(torch.zeros(_cpuround._MIN_E4M3), e4m3)
+    assert not _cpuround.use_chunks(torch.zeros(_cpuround._MIN_CASTS - 1), bf16)
+    assert _cpuround.use_chunks(torch.zeros(_cpuround._MIN_CASTS), bf16)
+    assert not _cpuround.use_chunks(torch.zeros(1 << 20), get_format("e3m4"))
+    assert not _cpuround.use_chunks(torch.zeros(1 << 20, device="meta"), e4m3)
+    tracked = torch.zeros(1 << 20, requires_grad=True)
+    assert not _cpuround.use_chunks(tracked, e4m3)
     with torch.no_grad():
-        assert _cpuround.use_chunks(tracked)
+        assert _cpuround.use_chunks(tracked, e4m3)
 
 
 def test_unknown_format_raises():

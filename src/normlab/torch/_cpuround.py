@@ -52,7 +52,10 @@ from normlab.precision.formats import BFLOAT16, FLOAT8_E4M3FN, FLOAT8_E5M2, FLOA
 __all__ = ["chunked_formats", "nearest_chunks", "use_chunks"]
 
 _CHUNK = 1 << 20  # elements: 4 MiB of float32 per buffer, split between the threads
-_MIN_ELEMENTS = 1 << 12  # below, the whole-tensor casts cost less per call
+# below these sizes the whole-tensor casts cost less per call (E4M3FN's slow fp8 -> float32
+# cast makes the arithmetic route pay off early; the others gain from about 4 MiB on)
+_MIN_E4M3 = 1 << 12
+_MIN_CASTS = 1 << 20
 _HUGE_BYTES = 1 << 22  # outputs from 4 MiB on ask for huge pages (NumPy's threshold)
 _HUGE_PAGE = 1 << 21
 _MADV_HUGEPAGE = 14  # Linux <sys/mman.h>
@@ -76,25 +79,31 @@ def chunked_formats() -> tuple[Format, ...]:
     return (*_CASTS, FLOAT8_E4M3FN)
 
 
-def use_chunks(x: torch.Tensor) -> bool:
-    """Whether :func:`nearest_chunks` is the faster route for ``x``: an eager CPU tensor of
-    at least ``_MIN_ELEMENTS`` elements that does not track gradients (CUDA and
-    ``torch.compile`` keep whole-tensor ops: no Python loop there).
+def use_chunks(x: torch.Tensor, fmt: Format) -> bool:
+    """Whether :func:`nearest_chunks` is the faster route for ``x`` and ``fmt``: an eager
+    CPU tensor, not tracking gradients, of at least ``_MIN_E4M3`` (E4M3FN) or
+    ``_MIN_CASTS`` (the others) elements. CUDA and ``torch.compile`` keep whole-tensor ops
+    (no Python loop there).
 
     Parameters
     ----------
     x : Tensor
+    fmt : Format
 
     Returns
     -------
-    bool
+    bool; False for formats that are not :func:`chunked_formats`.
 
     Example
     -------
-    >>> use_chunks(torch.zeros(8)), use_chunks(torch.zeros(64, 512))
-    (False, True)
+    >>> from normlab.precision import get_format
+    >>> use_chunks(torch.zeros(8), get_format("e4m3"))
+    False
+    >>> use_chunks(torch.zeros(64, 512), get_format("e4m3"))
+    True
     """
-    return (x.device.type == "cpu" and x.numel() >= _MIN_ELEMENTS
+    least = _MIN_E4M3 if fmt == FLOAT8_E4M3FN else _MIN_CASTS
+    return (fmt in chunked_formats() and x.device.type == "cpu" and x.numel() >= least
             and not torch.compiler.is_compiling()
             and not (x.requires_grad and torch.is_grad_enabled()))
 

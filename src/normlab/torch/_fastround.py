@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from normlab.precision.formats import Format
-from normlab.torch._cpuround import chunked_formats, nearest_chunks, use_chunks
+from normlab.torch._cpuround import nearest_chunks, use_chunks
 from normlab.torch.quantize import quantize
 
 __all__ = ["round_elements"]
@@ -55,7 +55,7 @@ def round_elements(t: torch.Tensor, fmt: Format, *, saturate: bool = True,
     ``quantize`` on every bf16-prefix bit pattern and every midpoint of each format.
     """
     if seed is None and t.dtype == torch.float32:
-        if fmt in chunked_formats() and use_chunks(t):
+        if use_chunks(t, fmt):
             return nearest_chunks(t, fmt, saturate)
         native = _NATIVE.get(fmt.name)
         if native is not None and (saturate or native in (torch.bfloat16, torch.float16)):

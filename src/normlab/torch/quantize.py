@@ -383,8 +383,7 @@ def quantize(
         raise TypeError(f"saturate must be a bool; got {saturate!r}")
     words = _check_randomness(mode, seed, random_bits, t)
     x = t.detach()
-    if (mode is RoundingMode.NEAREST and fmt in _NATIVE and x.dtype != torch.float64
-            and use_chunks(x)):
+    if mode is RoundingMode.NEAREST and x.dtype != torch.float64 and use_chunks(x, fmt):
         return nearest_chunks(x, fmt, saturate)  # CPU, large enough: same bits, faster
     if x.dtype in _WIDENED:
         return quantize(x.float(), fmt, rounding=mode, saturate=saturate,
