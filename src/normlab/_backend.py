@@ -13,7 +13,8 @@ then correct results:
 
 1. numba cannot write its cache (read-only install, unwritable home: "no locator
    available", ``PermissionError``): numba is pointed at a fresh temporary folder
-   (``NUMBA_CACHE_DIR`` semantics) and the kernels are loaded again;
+   (``NUMBA_CACHE_DIR`` semantics, removed when the process exits) and the kernels are
+   loaded again;
 2. a corrupted cache file (``UnpicklingError``, ``EOFError`` from a truncated ``.nbi`` /
    ``.nbc``): the kernels' cache files are deleted where possible and the kernel is
    compiled again, so the cache heals itself;
@@ -28,9 +29,11 @@ unset) uses the kernels where they exist.
 
 from __future__ import annotations
 
+import atexit
 import glob
 import os
 import pickle
+import shutil
 import sys
 import tempfile
 import threading
@@ -129,12 +132,20 @@ def _move_cache_to_tmp() -> bool:
     if _STATE["cache_moved"]:
         return False
     folder = tempfile.mkdtemp(prefix="normlab-numba-cache-")
+    # per process (a predictable shared name would let another user plant cache files),
+    # removed at exit by the process that made it (not by forked children, which share it)
+    atexit.register(_remove_folder, folder, os.getpid())
     os.environ["NUMBA_CACHE_DIR"] = folder  # read by numba when it is imported
     config = sys.modules.get("numba.core.config")  # already imported: set it there too
     if config is not None:
         setattr(config, "CACHE_DIR", folder)  # noqa: B010
     _STATE["cache_moved"] = True
     return True
+
+
+def _remove_folder(folder: str, owner: int) -> None:
+    if os.getpid() == owner:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _forget_kernels() -> None:

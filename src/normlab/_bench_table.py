@@ -20,7 +20,8 @@ __all__ = ["report", "table"]
 _COLUMNS = ("op (float32)", "shape", "normlab median", "normlab min", "spread",
             "NumPy ref", "PyTorch", "ml_dtypes", "bound", "normlab / bound",
             "normlab / bound+new", "PyTorch / normlab", "ml_dtypes / normlab")
-_OP_NAMES = {"layer_norm": "LayerNorm", "rms_norm": "RMSNorm"}
+_OP_NAMES = {"layer_norm": "LayerNorm", "rms_norm": "RMSNorm", "batch_norm": "BatchNorm",
+             "group_norm": "GroupNorm"}
 
 
 def _fmt_t(v: float | None) -> str:
@@ -88,8 +89,9 @@ def report(info: dict[str, Any], rows: list[dict[str, Any]], ok: bool, markdown:
     print(_header(info))
     print(table(rows, markdown))
     verdict = ("ok" if ok else "FAILED") if info["kernels"] else "not checked (no kernels)"
-    print("correctness:", verdict, "(norm errors in units of 16 eps32 sqrt(W) "
-          "max|ref|; quantize bit-identical to the reference on the rows it was timed on; its "
+    print("correctness:", verdict, "(norm errors in units of 16 eps32 sqrt(n) max|ref|, n "
+          "the values per reduction; "
+          "quantize bit-identical to the reference on the rows it was timed on; its "
           "NumPy time is scaled from those rows to the whole array)")
     print("spread = interquartile range / median of the samples; 'bound' = bytes that must "
           "move / copy bandwidth; 'bound+new' adds the zero-fill of freshly allocated outputs; "

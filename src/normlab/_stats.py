@@ -79,7 +79,8 @@ def rstd_from(var: np.ndarray, eps: float) -> np.ndarray:
 
 
 def centred_grad(
-    gh: np.ndarray, xhat: np.ndarray, rstd: np.ndarray, axes: Sequence[int]
+    gh: np.ndarray, xhat: np.ndarray, rstd: np.ndarray, axes: Sequence[int],
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
     r"""The input gradient of a mean/variance normalisation over ``axes``.
 
@@ -95,10 +96,12 @@ def centred_grad(
     xhat : ndarray of gh's shape, the normalised input.
     rstd : ndarray broadcasting against gh (the reduced axes of length 1).
     axes : the normalised axes (means over them).
+    out : optional array of gh's shape and dtype for dx; written by the last multiply only,
+        after every read of gh and xhat, so it may be gh's memory.
 
     Returns
     -------
-    dx : ndarray of gh's shape.
+    dx : ndarray of gh's shape (``out`` when given).
 
     Example
     -------
@@ -107,8 +110,7 @@ def centred_grad(
     [[0.0, 0.0, 0.0]]
     """
     axes = tuple(axes)
-    return rstd * (
-        gh
-        - np.mean(gh, axis=axes, keepdims=True)
-        - xhat * np.mean(gh * xhat, axis=axes, keepdims=True)
-    )
+    inner = (gh - np.mean(gh, axis=axes, keepdims=True)
+             - xhat * np.mean(gh * xhat, axis=axes, keepdims=True))
+    result: np.ndarray = np.multiply(rstd, inner, out=out)
+    return result

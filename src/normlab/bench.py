@@ -19,6 +19,11 @@ Ops and the bytes they must move (float32, R x W):
   the time per call is overhead (validation, dispatch, allocation), not bandwidth: no bound.
 * quantize to bf16 and fp8 E4M3 (nearest): read x, write the result: 2 arrays. Compared
   with the ml_dtypes round trip ``x.astype(dtype).astype(np.float32)``.
+* BatchNorm forward+backward (training, running statistics tracked) at the last large
+  shape and GroupNorm forward+backward (32 groups) at (64, 256, 32, 32), (8, 64, 16, 16)
+  with ``--quick``: the same 5 arrays, beside ``torch.nn.functional.batch_norm`` /
+  ``group_norm`` plus autograd backward. BatchNorm's statistics span the whole batch, so
+  a large x is read twice in each direction: 8 passes over memory, not 5.
 * the same norms and quantize with ``out=`` buffers allocated once ("out=" rows): no page
   zero-fill of new results, so their bound is the plain copy bound.
 
@@ -49,6 +54,7 @@ from normlab._bench_cases import (
     bench_quantize,
     bench_quantize_out,
 )
+from normlab._bench_channel_norms import bench_channel_norm, bench_channel_norm_out
 from normlab._bench_table import report
 from normlab._timing import measure, other_load
 
@@ -128,6 +134,16 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _channel_rows(quick: bool, large: list[tuple[int, int]], ctx: dict[str, Any]
+                  ) -> list[dict[str, Any]]:
+    """BatchNorm at the last large shape and GroupNorm at an (N, C, H, W) shape, with and
+    without ``out=``."""
+    shapes: dict[str, tuple[int, ...]] = {
+        "batch_norm": large[-1], "group_norm": (8, 64, 16, 16) if quick else (64, 256, 32, 32)}
+    return [bench(name, shape, ctx) for name, shape in shapes.items()
+            for bench in (bench_channel_norm, bench_channel_norm_out)]
+
+
 def _shapes(quick: bool) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
     """(small shapes: norms only, per-call overhead; large shapes: every op)."""
     large = [(256, 1024), (4096, 64)] if quick else [(8192, 4096), (65536, 1024)]
@@ -184,6 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows += [bench_quantize(fmt, shape, ctx) for fmt in ("bf16", "e4m3")]
         rows += [bench_norm_out(name, shape, ctx) for name in ("layer_norm", "rms_norm")]
         rows += [bench_quantize_out(fmt, shape, ctx) for fmt in ("bf16", "e4m3")]
+    rows += _channel_rows(args.quick, large, ctx)
     ok = all(
         (v <= 1.0 if isinstance(v, float) else v)
         for r in rows for v in r.get("check", {}).values()

@@ -28,7 +28,7 @@ def test_quick_run_checks_and_writes_json(tmp_path, capsys):
     for shape in ((8, 64), (64, 512)):  # the small-size rows: norms only
         assert {("layer_norm fwd+bwd", shape), ("rms_norm fwd+bwd", shape)} <= ops
     plain = {"layer_norm fwd+bwd", "rms_norm fwd+bwd", "quantize bf16 nearest",
-             "quantize e4m3 nearest"}
+             "quantize e4m3 nearest", "batch_norm fwd+bwd", "group_norm fwd+bwd"}
     assert {op for op, _ in ops} == plain | {op + " out=" for op in plain}
     for row in report["rows"]:
         assert 0 < row["normlab_min_s"] <= row["normlab_s"]

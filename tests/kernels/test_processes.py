@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -42,6 +43,8 @@ def every_op(seed=0):
     rm, rv = np.zeros(512, np.float32), np.ones(512, np.float32)
     o, c = nl.batch_norm_forward(x, g, g, rm, rv, True)
     r += [o, rm, rv, *nl.batch_norm_backward(dy, c)]
+    o, c = nl.batch_norm_forward(x, g, g, None, None, True, out=np.empty_like(x))  # in place
+    d = dy.copy(); r += [o, *nl.batch_norm_backward(d, c, out=(d, np.empty_like(g), None))]
     x4 = x.reshape(8, 64, 32, 16)
     o, c = nl.group_norm_forward(x4, 8, None, None); r += [o, nl.group_norm_backward(x4, c)[0]]
     r += list(nl.inverted_dropout(x, 0.25, np.random.default_rng(1)))
@@ -190,6 +193,10 @@ def test_read_only_install_without_a_writable_home_warns_once_and_computes():
     assert "cannot cache" in message and "NUMBA_CACHE_DIR" in message
     # the kernels recovered through a temporary cache, not by falling back to the references
     assert "temporary folder" in message
+    # ... which the process removed when it exited
+    folder = re.search(r"temporary folder (\S+?)\. ", message)
+    assert folder is not None, message
+    assert not Path(folder.group(1)).exists()
 
 
 def test_a_truncated_cache_file_heals_itself():

@@ -93,8 +93,8 @@ BAD_STATES = [
     (("state", 0, "step"), 1.5, TypeError, "integer"),
     (("state", 0, "extra"), 1, ValueError, "keys"),
     (("state", 5), {}, ValueError, "index"),
-    (("param_groups", 0, "lr"), -1.0, ValueError, "lr"),
-    (("param_groups", 0, "betas"), (0.9, 1.0), ValueError, "betas"),
+    (("param_groups", 0, "lr"), -1.0, ValueError, r"param_groups'\]\[0\]: lr"),
+    (("param_groups", 0, "betas"), (0.9, 1.0), ValueError, r"param_groups'\]\[0\]: betas"),
     (("param_groups", 0, "params"), [0], ValueError, "params"),
     (("param_groups",), [], ValueError, "one group"),
 ]

@@ -12,6 +12,10 @@ viewed as (A, C, S) (``np.ascontiguousarray`` first when it is not C-contiguous)
 Like the reference, the forward kernel is pure: it returns the batch statistics (training)
 and :func:`normlab.norms.batch_norm.batch_norm_forward` updates the running statistics
 once, for both paths.
+
+``out=`` buffers arrive validated as ``dest`` (C-contiguous, of x's shape and dtype, so a
+view of one as (A, C, S) exists for any feature axis): the sweeps write into them
+directly; the backward's parameter gradients are copied in after dx is written.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from normlab.kernels import batch_norm_jit as jit
 from normlab.kernels._adapt import FLOATS, launch, vec
 from normlab.kernels.row_norms_jit import chunk_count
 from normlab.norms._cache import BatchNormCache
+from normlab.norms._out import fill
 
 __all__: list[str] = []
 
@@ -46,8 +51,10 @@ def batch_norm_forward(
     training: bool,
     eps: float,
     axis: int,
+    dest: np.ndarray | None = None,
 ) -> Any:
-    """Kernel of ``_batch_norm_forward_ref``: robust one-read statistics, then one sweep."""
+    """Kernel of ``_batch_norm_forward_ref``: robust one-read statistics, then one sweep
+    (into ``dest`` when given)."""
     dt = x.dtype
     if dt not in FLOATS or x.size == 0 or any(p is not None and p.dtype != dt
                                                for p in (gamma, beta)):
@@ -66,18 +73,24 @@ def batch_norm_forward(
         mean, var = np.array(running_mean, dtype=dt), np.array(running_var, dtype=dt)
     rstd = 1.0 / np.sqrt(var + eps)  # (C,)
     g, b = vec(gamma, c, dt, 1.0), vec(beta, c, dt, 0.0)
-    out = np.empty_like(x3)
+    out = np.empty_like(x3) if dest is None else dest.reshape(a, c, s)  # (A, C, S)
     if s == 1:
         launch(jit.affine_cols, x.size, x3.reshape(a, c), mean, rstd, g, b, out.reshape(a, c))
     else:
         launch(jit.affine_acs, x.size, x3, mean, rstd, g, b, out)
     cache = BatchNormCache(x, gamma, beta, mean, rstd, axis, training, eps)
-    return out.reshape(x.shape), cache, var
+    return (out.reshape(x.shape) if dest is None else dest), cache, var
 
 
 @register("batch_norm_backward")
-def batch_norm_backward(dout: np.ndarray, cache: BatchNormCache) -> Any:
-    """Kernel of ``_batch_norm_backward_ref``: per-feature sums, then dx in one sweep."""
+def batch_norm_backward(dout: np.ndarray, cache: BatchNormCache,
+                        dest: tuple[Any, ...] | None = None) -> Any:
+    """Kernel of ``_batch_norm_backward_ref``: per-feature sums, then dx in one sweep.
+
+    ``dest`` (validated ``out=`` buffers): dx is written in place; it may be dout, since
+    the sums read all of dout first and the sweep reads each dout value before writing
+    the dx value at the same place.
+    """
     x, dt = cache.x, cache.x.dtype
     arrays = (dout, cache.gamma, cache.beta, cache.mean, cache.rstd)
     if dt not in FLOATS or x.size == 0 or any(p is not None and p.dtype != dt for p in arrays):
@@ -98,7 +111,7 @@ def batch_norm_backward(dout: np.ndarray, cache: BatchNormCache) -> Any:
     else:  # running statistics are constants: dx = dy * gamma * rstd
         c1, c2 = np.zeros(c, dt), np.zeros(c, dt)
     g = vec(cache.gamma, c, dt, 1.0)
-    dx = np.empty_like(x3)
+    dx = np.empty_like(x3) if dest is None or dest[0] is None else dest[0].reshape(a, c, s)
     if s == 1:
         launch(jit.bn_dx_cols, x.size, dy3.reshape(a, c), x3.reshape(a, c), mean, rstd, g, c1,
                c2, dx.reshape(a, c))
@@ -106,4 +119,7 @@ def batch_norm_backward(dout: np.ndarray, cache: BatchNormCache) -> Any:
         launch(jit.bn_dx_acs, x.size, dy3, x3, mean, rstd, g, c1, c2, dx)
     dgamma = sdyx.astype(dt) if cache.gamma is not None else None
     dbeta = sdy.astype(dt) if cache.beta is not None else None
-    return dx.reshape(x.shape), dgamma, dbeta
+    if dest is None:
+        return dx.reshape(x.shape), dgamma, dbeta
+    return (dest[0] if dest[0] is not None else dx.reshape(x.shape),
+            fill(dest[1], dgamma), fill(dest[2], dbeta))

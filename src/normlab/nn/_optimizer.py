@@ -147,7 +147,10 @@ class _Optimizer:
             raise ValueError(f"state must be a mapping with keys 'param_groups' and 'state' "
                              f"(an optimizer state_dict); got {got}")
         group = _one_group(state["param_groups"], len(self.params), self._HYPER)
-        hyper = self._check_hyper({k: group[k] for k in self._HYPER})
+        try:
+            hyper = self._check_hyper({k: group[k] for k in self._HYPER})
+        except (TypeError, ValueError) as err:  # name where in the state dict it failed
+            raise type(err)(f"state['param_groups'][0]: {err}") from None
         entries = state["state"]
         check_mapping(entries, "state['state']", "parameter index -> state entry")
         new: dict[int, dict[str, Any]] = {}

@@ -6,9 +6,10 @@ dgamma, dbeta)`` or ``(dx, dweight)``, each an array or None (that result is the
 allocated; it must be None where the parameter is None). Buffers are checked by
 :func:`normlab._validate.check_out` (shape, dtype, C-contiguity, writeability) before any
 work. Aliasing: the forward's ``out`` must not overlap x (the cache keeps x for the
-backward) nor a parameter; the backward's dx may be ``dout`` itself (each element of dout
-is read before dx's is written, on both paths), and must not overlap x; parameter
-gradients must not overlap anything.
+backward) nor a parameter (nor BatchNorm's running statistics); the backward's dx may be
+``dout`` itself (each element of dout is read before dx's is written, on both paths; for
+BatchNorm and GroupNorm every per-feature or per-group sum of dout is complete before dx
+is written), and must not overlap x; parameter gradients must not overlap anything.
 
 The fused add + norm forwards return two arrays, so their ``out`` is a tuple ``(out,
 new_residual)``, each entry an array or None. Each may be x or residual itself (the sum

@@ -7,9 +7,10 @@ Conventions (see DESIGN.md): ``momentum`` is the fraction of the OLD running sta
 kept (the chapter's 0.9; PyTorch's ``momentum`` is ``1 - ours``); the running variance is
 the biased batch variance unless ``unbiased_running_var=True`` (PyTorch's n/(n-1)).
 The references ``_batch_norm_forward_ref(x, gamma, beta, running_mean, running_var,
-training, eps, axis)`` (axis non-negative; returns ``(out, cache, batch_var)``, pure) and
-``_batch_norm_backward_ref(dout, cache)`` are what kernels registered as
-``"batch_norm_forward"`` / ``"batch_norm_backward"`` must reproduce. The running
+training, eps, axis[, dest])`` (axis non-negative; returns ``(out, cache, batch_var)``,
+pure but for the validated ``out=`` buffer ``dest``) and ``_batch_norm_backward_ref(dout,
+cache[, dest])`` (``dest``: the validated ``(dx, dgamma, dbeta)`` tuple) are what kernels
+registered as ``"batch_norm_forward"`` / ``"batch_norm_backward"`` must reproduce. The running
 statistics are updated once, by :func:`batch_norm_forward`, from the batch statistics the
 reference or the kernel returned.
 """
@@ -41,6 +42,7 @@ from normlab.norms._common import (
     check_param,
     compute_dtype_of,
 )
+from normlab.norms._out import backward_out, fill, forward_out, seam_extra
 
 __all__ = ["batch_norm_backward", "batch_norm_forward"]
 
@@ -111,9 +113,10 @@ def _update(running: np.ndarray | None, batch: np.ndarray, momentum: float) -> N
 def _batch_norm_forward_ref(
     x: np.ndarray, gamma: np.ndarray | None, beta: np.ndarray | None,
     running_mean: np.ndarray | None, running_var: np.ndarray | None, training: bool,
-    eps: float, axis: int,
+    eps: float, axis: int, dest: np.ndarray | None = None,
 ) -> tuple[np.ndarray, BatchNormCache, np.ndarray]:
-    """out, cache and the biased batch variance (C,) (the running variance in eval)."""
+    """out (``dest`` when given), cache and the biased batch variance (C,) (the running
+    variance in eval)."""
     cd = compute_dtype_of(x, gamma, beta)
     c = x.shape[axis]
     red = tuple(i for i in range(x.ndim) if i != axis)
@@ -133,11 +136,13 @@ def _batch_norm_forward_ref(
     if beta is not None:
         out += beta.astype(cd, copy=False).reshape(bshape)
     cache = BatchNormCache(x, gamma, beta, mean, rstd, axis, training, eps)
-    return out.astype(x.dtype, copy=False), cache, var
+    result = fill(dest, out.astype(x.dtype, copy=False))
+    assert result is not None
+    return result, cache, var
 
 
 def _batch_norm_backward_ref(
-    dout: np.ndarray, cache: BatchNormCache
+    dout: np.ndarray, cache: BatchNormCache, dest: tuple[Any, ...] = (None, None, None)
 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
     x, ax, cd = cache.x, cache.axis, cache.rstd.dtype
     red = tuple(i for i in range(x.ndim) if i != ax)
@@ -155,7 +160,10 @@ def _batch_norm_backward_ref(
         dx = centred_grad(gh, xhat, rstd, red)
     else:
         dx = gh * rstd  # eval: the running statistics are constants
-    return dx.astype(x.dtype, copy=False), as_grad(dgamma, cache.gamma), as_grad(dbeta, cache.beta)
+    dx_out = fill(dest[0], dx.astype(x.dtype, copy=False))
+    assert dx_out is not None
+    return (dx_out, fill(dest[1], as_grad(dgamma, cache.gamma)),
+            fill(dest[2], as_grad(dbeta, cache.beta)))
 
 
 def batch_norm_forward(
@@ -170,6 +178,7 @@ def batch_norm_forward(
     *,
     axis: int = -1,
     unbiased_running_var: bool = False,
+    out: np.ndarray | None = None,
 ) -> tuple[np.ndarray, BatchNormCache]:
     r"""Batch normalisation of each feature over the batch (Ioffe & Szegedy, 2015).
 
@@ -189,17 +198,26 @@ def batch_norm_forward(
     training : bool.
     momentum : fraction of the old statistic kept, in [0, 1].
     eps : finite number > 0.
+    axis : the feature axis (any, negative counts from the end).
+    unbiased_running_var : update the running variance with n/(n-1) times the batch one.
+    out : optional ndarray of x's shape and dtype (C-contiguous, writeable) to write the
+        result into, whatever ``axis`` is; it must not overlap x (the cache keeps x), gamma,
+        beta nor the running statistics.
 
     Returns
     -------
-    out : x's shape and dtype. cache : :class:`~normlab.norms._cache.BatchNormCache`.
+    out : x's shape and dtype (the ``out`` buffer when given).
+    cache : :class:`~normlab.norms._cache.BatchNormCache`.
 
     Raises
     ------
-    TypeError : non-float arrays, non-array running statistics, non-bool flags.
+    TypeError : non-float arrays, non-array running statistics, non-bool flags; an ``out``
+        that is not an ndarray of x's dtype.
     ValueError : wrong shapes, eps <= 0, momentum outside [0, 1], negative running_var,
         a read-only running statistic in training, or a training batch with one value per
-        feature. Nothing is updated when an error is raised.
+        feature; ``out`` of another shape, not C-contiguous, read-only or overlapping an
+        input. Nothing is updated (neither ``out`` nor the running statistics) when an
+        error is raised.
 
     Example
     -------
@@ -211,18 +229,19 @@ def batch_norm_forward(
     x, gamma, beta, rm, rv, training, momentum, eps, ax, unbiased = _validate(
         x, gamma, beta, running_mean, running_var, training, momentum, eps, axis,
         unbiased_running_var)
-    out, cache, var = dispatch(
-        "batch_norm_forward", _batch_norm_forward_ref, x, gamma, beta, rm, rv, training, eps, ax
-    )
+    dest = forward_out(out, x, (("gamma", gamma), ("beta", beta), ("running_mean", rm),
+                                ("running_var", rv)))
+    y, cache, var = dispatch("batch_norm_forward", _batch_norm_forward_ref, x, gamma, beta,
+                             rm, rv, training, eps, ax, *seam_extra(dest))
     n = x.size // x.shape[ax] if x.shape[ax] else 0
     if training and n > 1:  # an empty batch teaches nothing: running statistics stay
         _update(rm, cache.mean, momentum)
         _update(rv, var * (n / (n - 1)) if unbiased else var, momentum)
-    return out, cache
+    return y, cache
 
 
 def batch_norm_backward(
-    dout: Any, cache: BatchNormCache
+    dout: Any, cache: BatchNormCache, *, out: tuple[Any, ...] | None = None
 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
     r"""Gradients of BatchNorm in training (batch statistics) or eval (constants).
 
@@ -233,15 +252,25 @@ def batch_norm_backward(
 
     Parameters
     ----------
-    dout : float array of x's shape. cache : from :func:`batch_norm_forward`.
+    dout : float array of x's shape.
+    cache : from :func:`batch_norm_forward`.
+    out : optional tuple ``(dx, dgamma, dbeta)`` of buffers (each an array or None: then
+        that result is new; None where the parameter is None), each of its result's shape
+        and dtype, C-contiguous, writeable. dx may be ``dout`` itself (in place: every dout
+        value is read for the per-feature sums before any dx value is written, and each dx
+        value is written after its dout value is read) but must not overlap x; dgamma and
+        dbeta overlap nothing.
 
     Returns
     -------
-    dx : x's shape and dtype. dgamma, dbeta : (C,) in the parameter's dtype, or None.
+    dx : x's shape and dtype. dgamma, dbeta : (C,) in the parameter's dtype, or None (the
+        buffers of ``out`` where given).
 
     Raises
     ------
-    TypeError : wrong cache type or non-float dout. ValueError : dout not of x's shape.
+    TypeError : wrong cache type or non-float dout; ``out`` not a tuple of 3.
+    ValueError : dout not of x's shape; an ``out`` buffer of the wrong shape, layout or
+        overlap, or given for a missing parameter.
 
     Example
     -------
@@ -252,7 +281,8 @@ def batch_norm_backward(
     """
     cache = check_cache(cache, BatchNormCache, "batch_norm_forward")
     dout = check_dout(dout, cache.x)
+    dest = backward_out(out, dout, cache.x, (("dgamma", cache.gamma), ("dbeta", cache.beta)))
     result: tuple[np.ndarray, np.ndarray | None, np.ndarray | None] = dispatch(
-        "batch_norm_backward", _batch_norm_backward_ref, dout, cache
+        "batch_norm_backward", _batch_norm_backward_ref, dout, cache, *seam_extra(dest)
     )
     return result

@@ -5,6 +5,11 @@ m = (C / G) * prod(S) values per (sample, group). Each sample's channels are spl
 contiguous groups; each group is normalised with its own mean and biased variance, then
 scaled and shifted per channel. GroupNorm with G = 1 is LayerNorm over (C, *S) with a
 per-channel affine; with G = C it is InstanceNorm (Wu & He, "Group Normalization", 2018).
+
+The references ``_group_norm_forward_ref(x, g, gamma, beta, eps[, dest])`` and
+``_group_norm_backward_ref(dout, cache[, dest])`` (``dest``: the validated ``out=``
+buffer, or ``(dx, dgamma, dbeta)`` tuple) are what kernels registered as
+``"group_norm_forward"`` / ``"group_norm_backward"`` must reproduce.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from normlab.norms._common import (
     check_param,
     compute_dtype_of,
 )
+from normlab.norms._out import backward_out, fill, forward_out, seam_extra
 
 __all__ = ["group_norm_backward", "group_norm_forward"]
 
@@ -42,10 +48,23 @@ def _per_channel(p: np.ndarray, x: np.ndarray, cd: np.dtype) -> np.ndarray:
     return p.astype(cd, copy=False).reshape((1, x.shape[1]) + (1,) * (x.ndim - 2))
 
 
-def _xhat(x: np.ndarray, mean: np.ndarray, rstd: np.ndarray, g: int) -> np.ndarray:
-    """The normalised input in the stats' dtype, shape (N, C, *S)."""
+def _xhat(x: np.ndarray, mean: np.ndarray, rstd: np.ndarray, g: int,
+          into: np.ndarray | None = None) -> np.ndarray:
+    """The normalised input in the stats' dtype, shape (N, C, *S) (written into ``into``,
+    a C-contiguous array of that shape and dtype, when given)."""
     xg = _grouped(x.astype(rstd.dtype, copy=False), g)  # (N, G, m)
-    return ((xg - mean[:, :, None]) * rstd[:, :, None]).reshape(x.shape)
+    if into is None:
+        return ((xg - mean[:, :, None]) * rstd[:, :, None]).reshape(x.shape)
+    og = _grouped(into, g)  # a view of into
+    np.subtract(xg, mean[:, :, None], out=og)
+    np.multiply(og, rstd[:, :, None], out=og)  # the same two roundings as without into
+    return into
+
+
+def _direct(dest: np.ndarray | None, cd: np.dtype) -> np.ndarray | None:
+    """The ``out=`` buffer when results can be computed in it (x's dtype is the compute
+    dtype), else None (computed, then cast and copied in)."""
+    return dest if dest is not None and dest.dtype == cd else None
 
 
 def _validate_group_norm(
@@ -68,21 +87,24 @@ def _validate_group_norm(
 
 
 def _group_norm_forward_ref(
-    x: np.ndarray, g: int, gamma: np.ndarray | None, beta: np.ndarray | None, eps: float
+    x: np.ndarray, g: int, gamma: np.ndarray | None, beta: np.ndarray | None, eps: float,
+    dest: np.ndarray | None = None,
 ) -> tuple[np.ndarray, GroupNormCache]:
     cd = compute_dtype_of(x, gamma, beta)
     m, v = mean_var(_grouped(x.astype(cd, copy=False), g), (2,))  # (N, G, 1)
     mean, rstd = m[:, :, 0], rstd_from(v, eps)[:, :, 0]  # (N, G)
-    out = _xhat(x, mean, rstd, g)  # (N, C, *S)
+    out = _xhat(x, mean, rstd, g, _direct(dest, cd))  # (N, C, *S)
     if gamma is not None:
         out *= _per_channel(gamma, x, cd)
     if beta is not None:
         out += _per_channel(beta, x, cd)
-    return out.astype(x.dtype, copy=False), GroupNormCache(x, gamma, beta, mean, rstd, g, eps)
+    result = fill(dest, out.astype(x.dtype, copy=False))
+    assert result is not None
+    return result, GroupNormCache(x, gamma, beta, mean, rstd, g, eps)
 
 
 def _group_norm_backward_ref(
-    dout: np.ndarray, cache: GroupNormCache
+    dout: np.ndarray, cache: GroupNormCache, dest: tuple[Any, ...] = (None, None, None)
 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
     x, g, cd = cache.x, cache.num_groups, cache.rstd.dtype
     xhat = _xhat(x, cache.mean, cache.rstd, g)  # recomputed, (N, C, *S)
@@ -91,20 +113,26 @@ def _group_norm_backward_ref(
     dgamma = np.sum(gd * xhat, axis=chan) if cache.gamma is not None else None  # (C,)
     dbeta = np.sum(gd, axis=chan) if cache.beta is not None else None  # (C,)
     h = gd * _per_channel(cache.gamma, x, cd) if cache.gamma is not None else gd
+    into = _direct(dest[0], cd)
     if x.size == 0:
         dx = np.zeros(x.shape, cd)
-    else:
+    else:  # dx may be dout's memory: written by the last multiply, after every read of h
         hg, xg = _grouped(h, g), _grouped(xhat, g)  # (N, G, m)
-        dx = centred_grad(hg, xg, cache.rstd[:, :, None], (2,))  # (N, G, m)
+        dx = centred_grad(hg, xg, cache.rstd[:, :, None], (2,),
+                          None if into is None else _grouped(into, g))  # (N, G, m)
+    dx_out = into if into is not None else fill(
+        dest[0], dx.reshape(x.shape).astype(x.dtype, copy=False))
+    assert dx_out is not None
     return (
-        dx.reshape(x.shape).astype(x.dtype, copy=False),
-        as_grad(dgamma, cache.gamma),
-        as_grad(dbeta, cache.beta),
+        dx_out,
+        fill(dest[1], as_grad(dgamma, cache.gamma)),
+        fill(dest[2], as_grad(dbeta, cache.beta)),
     )
 
 
 def group_norm_forward(
-    x: Any, num_groups: int, gamma: Any, beta: Any, eps: float = 1e-5
+    x: Any, num_groups: int, gamma: Any, beta: Any, eps: float = 1e-5, *,
+    out: np.ndarray | None = None,
 ) -> tuple[np.ndarray, GroupNormCache]:
     r"""Group normalisation (Wu & He, 2018).
 
@@ -117,17 +145,22 @@ def group_norm_forward(
     num_groups : G >= 1 dividing C.
     gamma, beta : (C,) float arrays or None.
     eps : finite number > 0.
+    out : optional ndarray of x's shape and dtype (C-contiguous, writeable) to write the
+        result into; it must not overlap x (the cache keeps x) nor gamma / beta.
 
     Returns
     -------
-    out : x's shape and dtype. cache : :class:`~normlab.norms._cache.GroupNormCache` with
-        per-(sample, group) mean and rstd of shape (N, G).
+    out : x's shape and dtype (the ``out`` buffer when given).
+    cache : :class:`~normlab.norms._cache.GroupNormCache` with per-(sample, group) mean and
+        rstd of shape (N, G).
 
     Raises
     ------
-    TypeError : non-float arrays, non-integer num_groups, non-number eps.
+    TypeError : non-float arrays, non-integer num_groups, non-number eps; an ``out`` that
+        is not an ndarray of x's dtype.
     ValueError : x with fewer than 2 dims, num_groups < 1 or not dividing C, gamma/beta
-        not of shape (C,), eps <= 0 or not finite.
+        not of shape (C,), eps <= 0 or not finite; ``out`` of another shape, not
+        C-contiguous, read-only or overlapping an input.
 
     Example
     -------
@@ -137,14 +170,15 @@ def group_norm_forward(
     [[1.5, 5.5]]
     """
     args = _validate_group_norm(x, num_groups, gamma, beta, eps)
+    dest = forward_out(out, args[0], (("gamma", args[2]), ("beta", args[3])))
     result: tuple[np.ndarray, GroupNormCache] = dispatch(
-        "group_norm_forward", _group_norm_forward_ref, *args
+        "group_norm_forward", _group_norm_forward_ref, *args, *seam_extra(dest)
     )
     return result
 
 
 def group_norm_backward(
-    dout: Any, cache: GroupNormCache
+    dout: Any, cache: GroupNormCache, *, out: tuple[Any, ...] | None = None
 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
     r"""Gradients of GroupNorm: LayerNorm's backward within each (sample, group).
 
@@ -154,15 +188,24 @@ def group_norm_backward(
 
     Parameters
     ----------
-    dout : float array of x's shape. cache : from :func:`group_norm_forward`.
+    dout : float array of x's shape.
+    cache : from :func:`group_norm_forward`.
+    out : optional tuple ``(dx, dgamma, dbeta)`` of buffers (each an array or None: then
+        that result is new; None where the parameter is None), each of its result's shape
+        and dtype, C-contiguous, writeable. dx may be ``dout`` itself (in place: dx is
+        written after every gradient has been computed from dout) but must not overlap x;
+        dgamma and dbeta overlap nothing.
 
     Returns
     -------
-    dx : x's shape and dtype. dgamma, dbeta : (C,) in the parameter's dtype, or None.
+    dx : x's shape and dtype. dgamma, dbeta : (C,) in the parameter's dtype, or None (the
+        buffers of ``out`` where given).
 
     Raises
     ------
-    TypeError : wrong cache type or non-float dout. ValueError : dout not of x's shape.
+    TypeError : wrong cache type or non-float dout; ``out`` not a tuple of 3.
+    ValueError : dout not of x's shape; an ``out`` buffer of the wrong shape, layout or
+        overlap, or given for a missing parameter.
 
     Example
     -------
@@ -173,7 +216,8 @@ def group_norm_backward(
     """
     cache = check_cache(cache, GroupNormCache, "group_norm_forward")
     dout = check_dout(dout, cache.x)
+    dest = backward_out(out, dout, cache.x, (("dgamma", cache.gamma), ("dbeta", cache.beta)))
     result: tuple[np.ndarray, np.ndarray | None, np.ndarray | None] = dispatch(
-        "group_norm_backward", _group_norm_backward_ref, dout, cache
+        "group_norm_backward", _group_norm_backward_ref, dout, cache, *seam_extra(dest)
     )
     return result

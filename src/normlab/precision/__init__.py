@@ -17,6 +17,7 @@ from normlab.precision.codes import (
     from_ml_dtypes,
     to_ml_dtypes,
 )
+from normlab.precision.format_table import formats_table
 from normlab.precision.formats import (
     BFLOAT16,
     FLOAT4_E2M1FN,
@@ -33,7 +34,6 @@ from normlab.precision.formats import (
     NAMED_FORMATS,
     Format,
     NanConvention,
-    formats_table,
     get_format,
 )
 from normlab.precision.fp8_scaling import (

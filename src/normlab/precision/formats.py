@@ -50,7 +50,6 @@ __all__ = [
     "NAMED_FORMATS",
     "Format",
     "NanConvention",
-    "formats_table",
     "get_format",
 ]
 
@@ -313,8 +312,7 @@ NAMED_FORMATS: tuple[Format, ...] = (
     FLOAT8_E4M3FNUZ, FLOAT8_E5M2FNUZ, FLOAT8_E4M3B11FNUZ,
 )
 
-_ALIASES: dict[str, Format] = {}
-for _fmt, _names in (
+_ALIASES: dict[str, Format] = {name: fmt for fmt, names in (
     (FLOAT32, ("fp32", "f32", "float32", "single", "e8m23")),
     (BFLOAT16, ("bf16", "bfloat16", "e8m7")),
     (FLOAT16, ("fp16", "f16", "half", "float16", "e5m10")),
@@ -327,9 +325,7 @@ for _fmt, _names in (
     (FLOAT8_E4M3FNUZ, ("e4m3fnuz", "fp8_e4m3fnuz", "float8_e4m3fnuz")),
     (FLOAT8_E5M2FNUZ, ("e5m2fnuz", "fp8_e5m2fnuz", "float8_e5m2fnuz")),
     (FLOAT8_E4M3B11FNUZ, ("e4m3b11fnuz", "e4m3b11", "fp8_e4m3b11fnuz", "float8_e4m3b11fnuz")),
-):
-    for _n in _names:
-        _ALIASES[_n] = _fmt
+) for name in names}
 
 # "e3m4", "float8_e3m4", "e4m3fn", "e5m2fnu": any ExMy, IEEE specials unless "fn"/"fnu".
 _EXMY = re.compile(r"^(?:(?:float|fp)(\d+)_)?e(\d+)m(\d+)(fn|fnu)?$")
@@ -396,27 +392,3 @@ def get_format(name_or_format: Any) -> Format:
         f"unknown float format {name_or_format!r}; known names: {', '.join(sorted(_ALIASES))} "
         "(or any 'eXmY' / 'eXmYfn' within float32's range, or a Format)"
     )
-
-
-def formats_table() -> str:
-    """A plain-text table of the named formats and their finfo-like constants.
-
-    Example
-    -------
-    >>> print(formats_table().splitlines()[0])  # doctest: +ELLIPSIS
-    name ...
-    """
-    header = ("name", "bits", "E", "M", "bias", "inf", "NaN", "subn", "max", "min_normal",
-              "min_subnormal", "eps")
-    rows = [header]
-    for f in NAMED_FORMATS:
-        rows.append((
-            f.name, str(f.bits), str(f.exponent_bits), str(f.mantissa_bits), str(f.bias),
-            "yes" if f.has_infinity else "no", f.nan.value,
-            "yes" if f.has_subnormals else "no",
-            f"{f.max:.6g}", f"{f.min_normal:.6g}", f"{f.min_subnormal:.6g}", f"{f.eps:.6g}",
-        ))
-    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)

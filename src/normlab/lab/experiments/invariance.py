@@ -153,13 +153,9 @@ def _figure(change: np.ndarray) -> object:
     return fig
 
 
-def _run(settings: Settings, progress: Progress) -> ExperimentResult:
-    """Compute the invariance table and compare every cell with the papers."""
-    progress.start(1, "invariance table")
-    change = invariance_matrix(settings.seed)
-    progress.advance()
-    rows = []
-    checks = []
+def _checks(change: np.ndarray) -> tuple[list[list[str]], list[Check]]:
+    """Table rows and one check per method: every cell as the paper says."""
+    rows, checks = [], []
     for r, method in enumerate(METHODS):
         words = [_word(v) for v in change[r]]
         expected = ["Invariant" if inv else "No" for inv in PAPER[method]]
@@ -178,6 +174,15 @@ def _run(settings: Settings, progress: Progress) -> ExperimentResult:
                 {"relative_change": change[r].tolist(), "measured": words, "paper": expected},
             )
         )
+    return rows, checks
+
+
+def _run(settings: Settings, progress: Progress) -> ExperimentResult:
+    """Compute the invariance table and compare every cell with the papers."""
+    progress.start(1, "invariance table")
+    change = invariance_matrix(settings.seed)
+    progress.advance()
+    rows, checks = _checks(change)
     return ExperimentResult(
         name=NAME,
         title=TITLE,

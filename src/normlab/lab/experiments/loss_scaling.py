@@ -161,10 +161,13 @@ def _train(settings: Settings, mode: str, steps: int, progress: Progress,
 def gradient_sample(settings: Settings, progress: Progress | None = None) -> np.ndarray:
     """Every backward signal of every 10th step of the fp32 run (as Figure 3), float32.
 
-    Exact zeros (ReLU) included; the same values :func:`measure` histograms.
+    Exact zeros (ReLU) included; the same values :func:`measure` histograms: one BLAS
+    thread, as ``run`` uses (the thread count changes the products' summation order, and
+    with it a few of the values that underflow to zero).
     """
     keep: list[np.ndarray] = []
-    _train(settings, "fp32", _steps(settings), progress or NullProgress(), keep)
+    with single_threaded():
+        _train(settings, "fp32", _steps(settings), progress or NullProgress(), keep)
     return np.concatenate(keep).astype(np.float32)
 
 
