@@ -15,23 +15,25 @@ scratch buffers of one chunk (``_CHUNK`` elements, 4 MiB of float32) that are re
 every chunk and stay in the caches, and the NaN/overflow check reads each chunk while it
 is still cached. Each torch op on a chunk runs on torch's intra-op threads; the chunk is
 large enough that their start-up cost (one parallel region per op and chunk) stays small
-next to the work.
+next to the work on an otherwise idle machine. Where other processes keep the cores busy,
+each region waits for a core, and the loop's few hundred regions can cost more than the
+whole-tensor route's handful.
 
 How each format rounds a float32 chunk:
 
 - bf16, fp16, E5M2: torch's casts to the format's dtype and back, which round to nearest
-  even like the reference for every input that is neither NaN nor (E4M3FN) beyond the
-  overflow threshold.
+  even like the reference for every input but NaN (overflow goes to inf in both).
 - E4M3FN: arithmetic instead of torch's fp8 -> float32 cast, which is slow on CPU. With
-  ``e = clamp(floor(log2|x|), emin, 9)`` (m = 3, emin = -6) and ``c = 1.5 * 2^(e + 23 - m)``,
-  ``x + c`` lies in ``[2^(e + 23 - m), 2^(e + 24 - m))`` for every ``|x| < 2^(e + 1)``, of
-  either sign, where float32's spacing is ``2^(e - m)``, the format's quantum at x; the
-  float32 addition rounds there to nearest, ties to even (c is an even multiple of the
-  quantum, so the parities agree), and ``(x + c) - c`` is exact. The sign is copied back
-  (a negative x that rounds to zero gives -0). ``2^floor(log2|x|)`` is x's bits with the
-  sign and mantissa masked off (0 for zeros and subnormals, which the clamp lifts to
-  ``2^emin``); inputs from 2^10 on (all beyond the overflow threshold 464) and NaN take
-  the fix-up below.
+  ``e = clamp(floor(log2|x|), emin, emax + 1)`` (m = 3, emin = -6, emax = 8) and
+  ``c = 1.5 * 2^(e + 23 - m)``, ``x + c`` lies in ``[2^(e + 23 - m), 2^(e + 24 - m))``
+  for every ``|x| < 2^(e + 1)`` of either sign, where float32's spacing is ``2^(e - m)``,
+  the format's quantum at x; the float32 addition rounds there to nearest, ties to even
+  (c is an even multiple of the quantum, so the parities agree), and ``(x + c) - c`` is
+  exact. The sign is copied back (a negative x that rounds to zero gives -0).
+  ``2^floor(log2|x|)`` is x's bits with the sign and mantissa masked off (0 for zeros and
+  subnormals, which the clamp lifts to ``2^emin``; float32 subnormals lie below half the
+  quantum, so they round to +-0 even where the CPU flushes them); inputs from 2^10 on (all
+  beyond the overflow threshold 464) and NaN take the fix-up below.
 
 Fix-up, per chunk and only when the chunk holds one: NaN becomes the reference's quiet
 NaN with the input's sign (casts and additions keep payloads), and without ``saturate``
@@ -159,14 +161,13 @@ def _round_cast(src: torch.Tensor, dst: torch.Tensor, narrow: torch.Tensor) -> N
     dst.copy_(narrow)
 
 
-def _round_e4m3(src: torch.Tensor, dst: torch.Tensor, c: torch.Tensor, m: int,
-                emin: int) -> None:
+def _round_e4m3(src: torch.Tensor, dst: torch.Tensor, c: torch.Tensor, fmt: Format) -> None:
     """dst = E4M3FN rounding of src by ``(x + c) - c`` (module docstring); ``c`` is scratch.
-    Exact for |src| < 2^10; larger and NaN inputs are fixed up by the caller."""
+    Exact for |src| < 2^(emax + 2) = 2^10; larger and NaN inputs are fixed up by the caller."""
     bits = c.view(torch.int32)
     torch.bitwise_and(src.view(torch.int32), _EXP_MASK, out=bits)  # 2^floor(log2|x|)
-    bits.clamp_((127 + emin) << 23, (127 + 9) << 23)  # 2^e, e = clamp(floor(log2|x|))
-    scale = 1.5 * 2.0 ** (23 - m)  # c = scale * 2^e, exact
+    bits.clamp_((127 + fmt.emin) << 23, (128 + fmt.emax) << 23)  # 2^e, e clamped
+    scale = 1.5 * 2.0 ** (23 - fmt.mantissa_bits)  # c = scale * 2^e, exact
     torch.add(src, c, alpha=scale, out=dst)  # one rounding, to the quantum 2^(e - m)
     dst.sub_(c, alpha=scale)  # exact
     torch.copysign(dst, src, out=dst)  # a negative x that rounds to 0 gives -0
@@ -240,7 +241,7 @@ def nearest_chunks(x: torch.Tensor, fmt: Format, saturate: bool) -> torch.Tensor
             _round_cast(src, dst, s.narrow[:j])
         else:
             assert s.c is not None
-            _round_e4m3(src, dst, s.c[:j], fmt.mantissa_bits, fmt.emin)
+            _round_e4m3(src, dst, s.c[:j], fmt)
         _fix(xc, dst, limit)
         if s.stage is not None:
             out[i:i + j].copy_(dst)  # round to nearest even into the input dtype
