@@ -11,7 +11,7 @@ Why chunks: on a large tensor the whole-tensor casts make several full-size temp
 (the narrow intermediate, the float32 result, the NaN/overflow check), and every fresh
 allocation costs page faults. Here the output is the only full-size allocation (asking the
 kernel for huge pages where it can, as NumPy does for its arrays); the intermediates are
-scratch buffers of one chunk (``_CHUNK`` elements, 4 MiB of float32) that are reused for
+scratch buffers of one chunk (``_CHUNK`` elements, 8 MiB of float32) that are reused for
 every chunk and stay in the caches, and the NaN/overflow check reads each chunk while it
 is still cached. Each torch op on a chunk runs on torch's intra-op threads; the chunk is
 large enough that their start-up cost (one parallel region per op and chunk) stays small
@@ -53,7 +53,7 @@ from normlab.precision.formats import BFLOAT16, FLOAT8_E4M3FN, FLOAT8_E5M2, FLOA
 
 __all__ = ["chunked_formats", "nearest_chunks", "use_chunks"]
 
-_CHUNK = 1 << 20  # elements: 4 MiB of float32 per buffer, split between the threads
+_CHUNK = 1 << 21  # elements: 8 MiB of float32 per buffer, split between the threads
 # below these sizes the whole-tensor casts cost less per call (E4M3FN's slow fp8 -> float32
 # cast makes the arithmetic route pay off early; the others gain from about 4 MiB on)
 _MIN_E4M3 = 1 << 12
