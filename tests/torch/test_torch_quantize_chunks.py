@@ -27,6 +27,15 @@ SPECIALS = np.array([0x7FC00000, 0xFFC00000, 0x7F800001, 0xFFA00001, 0x7F800000,
                     np.uint32).view(np.float32)
 
 
+_PROBE = _cpuround._threads_waiting
+
+
+@pytest.fixture(autouse=True)
+def _chunked(monkeypatch):
+    """The chunk loop whatever the machine's load (the probe only picks the chunk size)."""
+    monkeypatch.setattr(_cpuround, "_threads_waiting", lambda: False)
+
+
 def _patterns(fmt_name: str, rng: np.random.Generator) -> np.ndarray:
     """bf16-prefix floats (low half 0 / tie / below / above), every midpoint of ``fmt``
     and its float32 neighbours, random values, and NaNs with payloads, infinities, the
@@ -55,12 +64,14 @@ def _bits(t: torch.Tensor) -> np.ndarray:
 
 @pytest.mark.parametrize("saturate", [False, True])
 @pytest.mark.parametrize("fmt", FORMATS)
-@pytest.mark.parametrize("chunk", [1, 997, 4096, None])
+@pytest.mark.parametrize("chunk", [1, 997, 4096, None, "whole"])
 def test_float32_chunks_bit_identical(fmt, saturate, chunk, rng, monkeypatch):
     x = _patterns(fmt, rng)  # ~270K elements
     x = np.tile(x, -(-_cpuround._CHUNK * 5 // 4 // x.size))  # more than one default chunk
     assert x.size > _cpuround._CHUNK
-    if chunk is not None:
+    # "whole": as on a busy machine, one chunk; None: the default chunk size
+    monkeypatch.setattr(_cpuround, "_threads_waiting", lambda: chunk == "whole")
+    if isinstance(chunk, int):
         monkeypatch.setattr(_cpuround, "_CHUNK", chunk)
         monkeypatch.setattr(_cpuround, "_MIN_CASTS", 1)
         x = x[:20011]  # a chunk of 1 is slow: a prefix, still every special
@@ -143,6 +154,20 @@ def test_whole_tensor_paths_stay_exact(fmt, saturate, rng):
     tracked = torch.from_numpy(x).requires_grad_()
     fast = round_elements(tracked, get_format(fmt), saturate=saturate)
     np.testing.assert_array_equal(_bits(fast.detach()), want)
+
+
+def test_probe_reads_the_clock(monkeypatch):
+    # a thread pool slower than the limit is detected; with one thread there is no pool
+    ticks = iter([0.0, 1.0])
+    monkeypatch.setattr(_cpuround.time, "perf_counter", lambda: next(ticks))
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        assert _PROBE()
+        torch.set_num_threads(1)
+        assert not _PROBE()
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_route_by_size_and_device():

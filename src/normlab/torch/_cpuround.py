@@ -16,8 +16,9 @@ every chunk and stay in the caches, and the NaN/overflow check reads each chunk 
 is still cached. Each torch op on a chunk runs on torch's intra-op threads; the chunk is
 large enough that their start-up cost (one parallel region per op and chunk) stays small
 next to the work on an otherwise idle machine. Where other processes keep the cores busy,
-each region waits for a core, and the loop's few hundred regions can cost more than the
-whole-tensor route's handful.
+each region waits for a core, and the loop's regions would cost far more than the work:
+a probe (one tiny parallel op) detects that, and the whole tensor is then one chunk (the
+same ops, a handful of regions, full-size scratch that also asks for huge pages).
 
 How each format rounds a float32 chunk:
 
@@ -45,6 +46,7 @@ from __future__ import annotations
 
 import ctypes
 import sys
+import time
 from collections.abc import Callable
 
 import torch
@@ -64,6 +66,9 @@ _MADV_HUGEPAGE = 14  # Linux <sys/mman.h>
 _CASTS = {BFLOAT16: torch.bfloat16, FLOAT16: torch.float16, FLOAT8_E5M2: torch.float8_e5m2}
 _EXP_MASK = 0x7F800000
 _madvise: list[Callable[[int, int, int], int] | None] = []
+_PROBE_ELEMENTS = 1 << 16  # twice torch's grain size: one parallel region on two threads
+_PROBE_S = 1e-3  # an idle machine starts such a region in microseconds
+_probe: list[torch.Tensor] = []
 
 
 def chunked_formats() -> tuple[Format, ...]:
@@ -110,6 +115,20 @@ def use_chunks(x: torch.Tensor, fmt: Format) -> bool:
             and not (x.requires_grad and torch.is_grad_enabled()))
 
 
+def _threads_waiting() -> bool:
+    """Whether torch's intra-op threads are slow to start: one tiny parallel op (a fill of
+    ``_PROBE_ELEMENTS``) takes longer than ``_PROBE_S``, as when other processes keep the
+    cores busy. Then :func:`nearest_chunks` takes the whole tensor as one chunk (a handful
+    of parallel regions instead of one per op and chunk). Only the speed depends on it."""
+    if torch.get_num_threads() < 2:
+        return False
+    if not _probe:
+        _probe.append(torch.empty(_PROBE_ELEMENTS))
+    t0 = time.perf_counter()
+    _probe[0].fill_(0.0)
+    return time.perf_counter() - t0 > _PROBE_S
+
+
 def _libc_madvise() -> Callable[[int, int, int], int] | None:
     """libc's ``madvise`` on Linux (looked up once), else None."""
     if not _madvise:
@@ -145,13 +164,13 @@ class _Scratch:
 
     def __init__(self, k: int, fmt: Format, widened: bool, saturate: bool) -> None:
         def f32() -> torch.Tensor:
-            return torch.empty(k, dtype=torch.float32)
+            return _empty(k, torch.float32)
 
         self.load = f32() if widened else None  # the chunk widened to float32
         self.stage = f32() if widened else None  # the float32 result before narrowing
         self.clamped = f32() if saturate else None
         native = _CASTS.get(fmt)
-        self.narrow = None if native is None else torch.empty(k, dtype=native)
+        self.narrow = None if native is None else _empty(k, native)
         self.c = f32() if native is None else None  # E4M3FN: (x + c) - c
 
 
@@ -225,7 +244,7 @@ def nearest_chunks(x: torch.Tensor, fmt: Format, saturate: bool) -> torch.Tensor
     out = _empty(n, x.dtype)  # N
     if n == 0:
         return out.view(x.shape)
-    k = min(n, _CHUNK)
+    k = n if _threads_waiting() else min(n, _CHUNK)
     widened = x.dtype != torch.float32
     s = _Scratch(k, fmt, widened, saturate)
     limit = _limit(fmt, saturate)
