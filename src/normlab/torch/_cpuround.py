@@ -244,7 +244,7 @@ def nearest_chunks(x: torch.Tensor, fmt: Format, saturate: bool) -> torch.Tensor
     out = _empty(n, x.dtype)  # N
     if n == 0:
         return out.view(x.shape)
-    k = n if _threads_waiting() else min(n, _CHUNK)
+    k = n if n <= _CHUNK or _threads_waiting() else _CHUNK  # one chunk: no probe needed
     widened = x.dtype != torch.float32
     s = _Scratch(k, fmt, widened, saturate)
     limit = _limit(fmt, saturate)
