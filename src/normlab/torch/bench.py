@@ -2,7 +2,7 @@
 
 Contract: every row first checks correctness (the timed result bit for bit against the
 NumPy/numba ``normlab.precision.quantize`` on the same data, and GPU against CPU), then
-times the median of ``repeats`` calls after a warm-up. Yardsticks (issue targets):
+times ``repeats`` calls after a warm-up. Yardsticks (issue targets):
 CPU float32 -> ``normlab.precision.quantize`` (numba kernel; target within 3x); CUDA ->
 a plain ``t.to(torch.float8_e4m3fn).float()`` round trip (target within 2x). The two sides
 are timed alternately, so a busy spell of a shared machine hits both; the table gives the
@@ -13,7 +13,8 @@ Note: torch's CPU allocator does not ask for transparent huge pages unless
 ``normlab.torch.quantize`` advises its large CPU outputs itself (see
 ``normlab.torch._cpuround``), so both sides pay the same page faults. Torch's intra-op
 threads start one parallel region per op: on a machine whose cores are busy with other
-processes each region waits for a core, and the torch side slows down far more than the
+processes each region waits for a core. The chunk loop then switches to one chunk (fewer
+regions, more memory traffic), but the torch side still slows down more than the
 one-region numba kernel (compare ``ratio`` with ``min``).
 """
 
