@@ -10,7 +10,9 @@ whether to add one, a carry renormalises, then overflow, infinity, NaN, zero and
 apply. Everything runs as torch tensor ops on int64 views of the bits, so one code path
 serves every device. torch has no uint64 arithmetic on all devices: 64-bit words live in
 int64 with the same bits, shifts of words are made logical by masking, and unsigned
-comparisons flip the sign bit of both sides first.
+comparisons flip the sign bit of both sides first. Round-to-nearest into bf16, fp16 and
+the OCP fp8 formats takes faster routes with the same bits: large CPU tensors chunk by
+chunk (:mod:`normlab.torch._cpuround`), the rest whole-tensor casts (``_nearest_by_cast``).
 
 bfloat16 and float16 inputs are widened to float32 (exact), rounded there, and cast back
 with the input dtype's round-to-nearest-even; the cast is exact whenever the format's
@@ -38,6 +40,7 @@ from normlab.precision.formats import (
 )
 from normlab.precision.random_bits import check_seed
 from normlab.precision.rounding import RoundingMode, _check_mode
+from normlab.torch._cpuround import nearest_chunks, use_chunks
 from normlab.torch._import import torch
 from normlab.torch._stochastic import fast_kernel, round_chunked, splitmix64, stochastic_words
 from normlab.torch.formats import get_format
@@ -336,13 +339,15 @@ def quantize(
         raise TypeError(f"saturate must be a bool; got {saturate!r}")
     seed, words = _check_randomness(mode, seed, random_bits, t)
     x = t.detach()
+    if mode is RoundingMode.NEAREST and x.dtype != torch.float64 and use_chunks(x, fmt):
+        return nearest_chunks(x, fmt, saturate)  # CPU, large enough: same bits, faster
     if x.dtype in _WIDENED:
         return quantize(x.float(), fmt, rounding=mode, saturate=saturate, seed=seed,
                         random_bits=None if words is None else words.reshape(t.shape),
                         ).to(t.dtype)
     if mode is RoundingMode.NEAREST and x.dtype == torch.float32 and fmt in _NATIVE:
         if not torch.compiler.is_compiling():  # compiled: the fused bit path needs no checks
-            return _nearest_by_cast(x, fmt, saturate)
+            return _nearest_by_cast(x, fmt, saturate)  # whole tensor (CUDA)
     x = x.contiguous()
     if mode is RoundingMode.STOCHASTIC:
         return _stochastic(x, fmt, saturate, seed, words).reshape(t.shape)
