@@ -16,12 +16,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
 import torch
 
 from normlab.precision.formats import get_format
-from normlab.precision.random_bits import splitmix64
 from normlab.torch import _operands as ops
+from normlab.torch._stochastic import splitmix64_int
 from normlab.torch.recipes import (
     Bf16Recipe,
     BlockwiseFp8Recipe,
@@ -41,7 +40,7 @@ def stream_seed(stream: int, counter: int, which: int) -> int:
     """A 63-bit seed for one stochastic rounding: ``splitmix64(stream * 2^32 + 2 counter +
     which) >> 1``, so distinct (layer, step, GEMM) streams start far apart."""
     word = (int(stream) * 2**32 + 2 * int(counter) + int(which)) % 2**64
-    return int(splitmix64(np.array([word], np.uint64))[0]) >> 1
+    return splitmix64_int(word) >> 1  # Python ints: traceable, unlike NumPy's uint64
 
 
 def quantize_operand(layer: Any, t: torch.Tensor, role: str, axis: int,

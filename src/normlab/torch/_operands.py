@@ -14,7 +14,7 @@ import torch
 
 from normlab.precision.formats import Format
 from normlab.torch._fastround import round_elements
-from normlab.torch.nvfp4 import nvfp4_quantize
+from normlab.torch.nvfp4 import nvfp4_fake_quantize
 
 __all__ = [
     "block_scaled",
@@ -111,10 +111,9 @@ def nvfp4(t: torch.Tensor, axis: int, *, two_d: bool, seed: int | None) -> torch
 
     Bit-identical to :func:`normlab.precision.nvfp4_quantize` dequantised (same seed).
     """
-    q = nvfp4_quantize(t, axis=-1 if two_d else axis,
-                       block_shape=(16, 16) if two_d else None,
-                       rounding="nearest" if seed is None else "stochastic", seed=seed)
-    return q.dequantize()
+    return nvfp4_fake_quantize(t, axis=-1 if two_d else axis,
+                               block_shape=(16, 16) if two_d else None,
+                               rounding="nearest" if seed is None else "stochastic", seed=seed)
 
 
 def hadamard_rows(t: torch.Tensor, signs: torch.Tensor) -> torch.Tensor:

@@ -2,14 +2,20 @@
 
 Contract: every row first checks correctness (the timed result bit for bit against the
 NumPy/numba ``normlab.precision.quantize`` on the same data, and GPU against CPU), then
-times the median of ``repeats`` calls after a warm-up. Yardsticks (issue targets):
+times ``repeats`` calls after a warm-up. Yardsticks (issue targets):
 CPU float32 -> ``normlab.precision.quantize`` (numba kernel; target within 3x); CUDA ->
-a plain ``t.to(torch.float8_e4m3fn).float()`` round trip (target within 2x).
+a plain ``t.to(torch.float8_e4m3fn).float()`` round trip (target within 2x). The two sides
+are timed alternately, so a busy spell of a shared machine hits both; the table gives the
+ratio of the medians and of the minima (the quietest sample of each).
 
 Note: torch's CPU allocator does not ask for transparent huge pages unless
 ``THP_MEM_ALLOC_ENABLE=1`` is set before torch starts, while NumPy does for large arrays;
-on Linux a fresh 128 MiB result then costs torch far more page faults than NumPy. Run
-with the variable set to compare the arithmetic rather than the page faults.
+``normlab.torch.quantize`` advises its large CPU outputs itself (see
+``normlab.torch._cpuround``), so both sides pay the same page faults. Torch's intra-op
+threads start one parallel region per op: on a machine whose cores are busy with other
+processes each region waits for a core. The chunk loop then switches to one chunk (fewer
+regions, more memory traffic), but the torch side still slows down more than the
+one-region numba kernel (compare ``ratio`` with ``min``).
 """
 
 from __future__ import annotations
@@ -28,20 +34,37 @@ from normlab.torch.quantize import quantize
 __all__ = ["format_rows", "quantize_rows"]
 
 
-def _median_s(fn: Callable[[], Any], repeats: int, sync: Callable[[], None]) -> float:
-    fn()  # warm-up: kernels, allocator, first touch
+def _paired_s(
+    fn: Callable[[], Any], ref: Callable[[], Any], repeats: int, sync: Callable[[], None],
+    inner: int = 1,
+) -> tuple[list[float], list[float]]:
+    """Seconds per call of ``fn`` and ``ref``, timed alternately (so a busy spell on a
+    shared machine hits both), ``repeats`` samples each of ``inner`` calls, after a warm-up."""
+    for f in (fn, ref):
+        f()  # warm-up: kernels, allocator, first touch
     sync()
-    times = []
+    times: tuple[list[float], list[float]] = ([], [])
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+        for f, out in ((fn, times[0]), (ref, times[1])):
+            t0 = time.perf_counter()
+            for _ in range(inner):
+                f()
+            sync()
+            out.append((time.perf_counter() - t0) / inner)
+    return times
 
 
 def _bind(fn: Callable[..., Any], *args: Any) -> Callable[[], Any]:
     return lambda: fn(*args)
+
+
+def _row(op: str, shape: Sequence[int], device: str, yardstick: str,
+         times: tuple[list[float], list[float]], same: bool) -> dict[str, Any]:
+    mine, ref = times
+    t_torch, t_ref = statistics.median(mine), statistics.median(ref)
+    return {"op": op, "shape": list(shape), "device": device, "torch_s": t_torch,
+            "yardstick": yardstick, "yardstick_s": t_ref, "ratio": t_torch / t_ref,
+            "ratio_min": min(mine) / min(ref), "bit_identical": same}
 
 
 def quantize_rows(
@@ -50,6 +73,7 @@ def quantize_rows(
     *,
     repeats: int = 5,
     seed: int = 0,
+    small: Sequence[int] | None = (64, 512),
 ) -> list[dict[str, Any]]:
     """Time ``normlab.torch.quantize`` (nearest) on float32 ``shape`` against its yardsticks.
 
@@ -57,48 +81,49 @@ def quantize_rows(
     ----------
     shape : the tensor shape, (R, C); default (8192, 4096) as in the issue
     fmts : format names, each one CPU row (and one CUDA row when a GPU is present)
-    repeats : timed calls per measurement (median reported)
+    repeats : timed samples per measurement (median and min reported)
     seed : seed of the standard-normal data (times 4, as the NumPy rows of the bench)
+    small : a second, small CPU shape (per-call overhead; each sample repeats the call
+        until it covers about 2^20 elements, at most 1000 times), or None for none
 
     Returns
     -------
-    list of dict: ``op``, ``shape``, ``device``, ``torch_s`` (normlab.torch.quantize),
-    ``yardstick`` (what it is compared with), ``yardstick_s``, ``ratio`` and
-    ``bit_identical`` (against the NumPy side, and for CUDA also against the CPU result).
+    list of dict: ``op``, ``shape``, ``device``, ``torch_s`` (normlab.torch.quantize,
+    median), ``yardstick`` (what it is compared with), ``yardstick_s`` (median), ``ratio``
+    (of the medians), ``ratio_min`` (of the minima) and ``bit_identical`` (against the
+    NumPy side, and for CUDA also against the CPU result).
 
     Example
     -------
-    >>> rows = quantize_rows((64, 64), ("bf16",), repeats=1)
+    >>> rows = quantize_rows((64, 64), ("bf16",), repeats=1, small=None)
     >>> rows[0]["bit_identical"]
     True
     """
-    x = np.random.default_rng(seed).standard_normal(tuple(shape), dtype=np.float32) * 4
-    t = torch.from_numpy(x)
     rows = []
-    for fmt in fmts:
-        want = np_quantize(x, fmt).view(np.uint32)
-        cpu = quantize(t, fmt)
-        same = bool(np.array_equal(cpu.numpy().view(np.uint32), want))
-        t_torch = _median_s(_bind(quantize, t, fmt), repeats, lambda: None)
-        t_ref = _median_s(_bind(np_quantize, x, fmt), repeats, lambda: None)
-        rows.append({"op": f"torch quantize {fmt} nearest", "shape": list(shape),
-                     "device": "cpu", "torch_s": t_torch,
-                     "yardstick": "normlab.precision.quantize (numba)",
-                     "yardstick_s": t_ref, "ratio": t_torch / t_ref, "bit_identical": same})
-        if torch.cuda.is_available():
-            rows.append(_cuda_row(t, fmt, cpu, repeats))
+    for k, size in enumerate((shape,) if small is None else (shape, small)):
+        x = np.random.default_rng(seed).standard_normal(tuple(size), dtype=np.float32) * 4
+        t = torch.from_numpy(x)
+        inner = min(1000, max(1, 2**20 // max(x.size, 1))) if k else 1
+        for fmt in fmts:
+            want = np_quantize(x, fmt).view(np.uint32)
+            cpu = quantize(t, fmt)
+            same = bool(np.array_equal(cpu.numpy().view(np.uint32), want))
+            times = _paired_s(_bind(quantize, t, fmt), _bind(np_quantize, x, fmt), repeats,
+                              lambda: None, inner)
+            rows.append(_row(f"torch quantize {fmt} nearest", size, "cpu",
+                             "normlab.precision.quantize (numba)", times, same))
+            if torch.cuda.is_available() and not k:
+                rows.append(_cuda_row(t, fmt, cpu, repeats))
     return rows
 
 
 def _cuda_row(t: torch.Tensor, fmt: str, cpu: torch.Tensor, repeats: int) -> dict[str, Any]:
     g = t.cuda()
     same = torch.equal(quantize(g, fmt).cpu().view(torch.int32), cpu.view(torch.int32))
-    sync = torch.cuda.synchronize
-    t_torch = _median_s(lambda: quantize(g, fmt), repeats, sync)
-    t_ref = _median_s(lambda: g.to(torch.float8_e4m3fn).float(), repeats, sync)
-    return {"op": f"torch quantize {fmt} nearest", "shape": list(t.shape), "device": "cuda",
-            "torch_s": t_torch, "yardstick": "t.to(float8_e4m3fn).float()",
-            "yardstick_s": t_ref, "ratio": t_torch / t_ref, "bit_identical": bool(same)}
+    times = _paired_s(lambda: quantize(g, fmt), lambda: g.to(torch.float8_e4m3fn).float(),
+                      repeats, torch.cuda.synchronize)
+    return _row(f"torch quantize {fmt} nearest", list(t.shape), "cuda",
+                "t.to(float8_e4m3fn).float()", times, bool(same))
 
 
 def format_rows(rows: Sequence[dict[str, Any]]) -> str:
@@ -110,12 +135,13 @@ def format_rows(rows: Sequence[dict[str, Any]]) -> str:
     op ...
     """
     head = (f"{'op':30} {'shape':>10} {'device':>6} {'torch ms':>9} {'yard ms':>9} "
-            f"{'ratio':>6} {'exact':>5}  yardstick")
+            f"{'ratio':>6} {'min':>6} {'exact':>5}  yardstick")
     lines = [head, "-" * len(head)]
     for r in rows:
         lines.append(
             f"{r['op']:30} {'x'.join(map(str, r['shape'])):>10} {r['device']:>6} "
-            f"{r['torch_s'] * 1e3:9.1f} {r['yardstick_s'] * 1e3:9.1f} {r['ratio']:6.2f} "
-            f"{'yes' if r['bit_identical'] else 'NO':>5}  {r['yardstick']}"
+            f"{r['torch_s'] * 1e3:9.3f} {r['yardstick_s'] * 1e3:9.3f} {r['ratio']:6.2f} "
+            f"{r['ratio_min']:6.2f} {'yes' if r['bit_identical'] else 'NO':>5}  "
+            f"{r['yardstick']}"
         )
     return "\n".join(lines)

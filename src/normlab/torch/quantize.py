@@ -10,7 +10,9 @@ whether to add one, a carry renormalises, then overflow, infinity, NaN, zero and
 apply. Everything runs as torch tensor ops on int64 views of the bits, so one code path
 serves every device. torch has no uint64 arithmetic on all devices: 64-bit words live in
 int64 with the same bits, shifts of words are made logical by masking, and unsigned
-comparisons flip the sign bit of both sides first.
+comparisons flip the sign bit of both sides first. Round-to-nearest into bf16, fp16 and
+the OCP fp8 formats takes faster routes with the same bits: large CPU tensors chunk by
+chunk (:mod:`normlab.torch._cpuround`), the rest whole-tensor casts (``_nearest_by_cast``).
 
 bfloat16 and float16 inputs are widened to float32 (exact), rounded there, and cast back
 with the input dtype's round-to-nearest-even; the cast is exact whenever the format's
@@ -20,6 +22,9 @@ second rounding.
 Stochastic rounding takes ``random_bits`` (an int64 tensor with the bits of NumPy's
 uint64 words) or ``seed``: element i of the flattened tensor uses
 ``splitmix64(seed + i)`` (:mod:`normlab.precision.random_bits`), on every device.
+float32 input to bf16, fp16, the fp8/fp6/fp4 formats (signed, with subnormals) takes the
+fast kernels of :mod:`normlab.torch._stochastic` (the same bits, a fraction of the passes);
+on the CPU large tensors are rounded in chunks, their words generated per chunk.
 """
 
 from __future__ import annotations
@@ -33,9 +38,11 @@ from normlab.precision.formats import (
     FLOAT16,
     Format,
 )
-from normlab.precision.random_bits import GOLDEN_GAMMA, check_seed
+from normlab.precision.random_bits import check_seed
 from normlab.precision.rounding import RoundingMode, _check_mode
+from normlab.torch._cpuround import nearest_chunks, use_chunks
 from normlab.torch._import import torch
+from normlab.torch._stochastic import fast_kernel, round_chunked, splitmix64, stochastic_words
 from normlab.torch.formats import get_format
 
 __all__ = ["quantize", "splitmix64", "stochastic_words"]
@@ -56,75 +63,6 @@ _NATIVE = {
     FLOAT8_E5M2: torch.float8_e5m2,
 }
 _I64_MIN = -(2**63)
-_MIX1 = 0xBF58476D1CE4E5B9
-_MIX2 = 0x94D049BB133111EB
-
-
-def _i64(v: int) -> int:
-    """The int64 whose bits are the uint64 ``v mod 2^64``."""
-    v %= 2**64
-    return v - 2**64 if v >= 2**63 else v
-
-
-def _shr_logical(z: torch.Tensor, k: int) -> torch.Tensor:
-    """Logical z >> k (1 <= k <= 63) of an int64 tensor holding uint64 bits."""
-    return (z >> k) & ((1 << (64 - k)) - 1)
-
-
-def splitmix64(counter: torch.Tensor) -> torch.Tensor:
-    """SplitMix64 of each uint64 state held (as its bits) in an int64 tensor.
-
-    The same formula as :func:`normlab.precision.splitmix64`, in wrapping int64 arithmetic
-    (adds and multiplies mod 2^64 give the same bits signed or unsigned).
-
-    Parameters
-    ----------
-    counter : Tensor of int64, any shape and device
-
-    Returns
-    -------
-    Tensor of int64, same shape and device, the bits of the uint64 outputs.
-
-    Example
-    -------
-    >>> hex(int(splitmix64(torch.zeros(1, dtype=torch.int64))[0]) % 2**64)
-    '0xe220a8397b1dcdaf'
-    """
-    z = counter + _i64(GOLDEN_GAMMA)
-    z = (z ^ _shr_logical(z, 30)) * _i64(_MIX1)
-    z = (z ^ _shr_logical(z, 27)) * _i64(_MIX2)
-    return z ^ _shr_logical(z, 31)
-
-
-def stochastic_words(
-    seed: int, shape: tuple[int, ...] | torch.Size, device: Any = None
-) -> torch.Tensor:
-    """The words ``splitmix64(seed + i)`` of an array of ``shape``, as int64 bits.
-
-    Bit-identical to :func:`normlab.precision.stochastic_words` viewed as int64.
-
-    Parameters
-    ----------
-    seed : int
-        Any integer, taken mod 2^64.
-    shape : tuple of int
-        i runs over the flattened C order of this shape.
-    device : torch.device or str, optional
-
-    Returns
-    -------
-    Tensor of int64 with ``shape`` on ``device``.
-
-    Example
-    -------
-    >>> stochastic_words(7, (2, 3)).shape
-    torch.Size([2, 3])
-    """
-    n = 1
-    for size in shape:
-        n *= int(size)
-    index = torch.arange(n, dtype=torch.int64, device=device)  # (N,)
-    return splitmix64(index + _i64(int(seed))).reshape(tuple(shape))
 
 
 def _floor_log2(s: torch.Tensor) -> torch.Tensor:
@@ -287,8 +225,9 @@ def _check_tensor(t: Any) -> torch.Tensor:
 
 def _check_randomness(
     mode: RoundingMode, seed: Any, random_bits: Any, t: torch.Tensor
-) -> torch.Tensor | None:
-    """The (N,) int64 words for stochastic rounding, or None for the other modes.
+) -> tuple[int | None, torch.Tensor | None]:
+    """(seed, None) or (None, the (N,) int64 words) for stochastic rounding; (None, None)
+    for the other modes.
 
     The rules of :func:`normlab.precision.quantize`: more than one source is an error in
     every mode, the stochastic mode needs one, seed is an int in [0, 2^64).
@@ -301,7 +240,7 @@ def _check_randomness(
             f"{given or 'none'}"
         )
     if mode is not RoundingMode.STOCHASTIC:
-        return None
+        return None, None
     if random_bits is not None:
         if not isinstance(random_bits, torch.Tensor) or random_bits.dtype not in (
             torch.int64, torch.uint64,
@@ -315,8 +254,28 @@ def _check_randomness(
                 f"random_bits must have t's shape {tuple(t.shape)}; got "
                 f"{tuple(random_bits.shape)}"
             )
-        return random_bits.to(t.device).contiguous().view(torch.int64).reshape(-1)
-    return stochastic_words(check_seed(seed), (t.numel(),), t.device)
+        return None, random_bits.to(t.device).contiguous().view(torch.int64).reshape(-1)
+    return check_seed(seed), None
+
+
+def _stochastic(
+    x: torch.Tensor, fmt: Format, saturate: bool, seed: int | None, words: torch.Tensor | None
+) -> torch.Tensor:
+    """Stochastic rounding of contiguous float32/float64 ``x``: a fast exact kernel where
+    :func:`normlab.torch._stochastic.fast_kernel` has one, else the bit path; chunked on
+    the CPU (words generated per chunk)."""
+    fast = fast_kernel(fmt, saturate) if x.dtype == torch.float32 else None
+    if fast is not None:
+        return round_chunked(x, fast[0], seed, words, top_only=fast[1])
+    mode = RoundingMode.STOCHASTIC
+
+    def bit_path(part: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        sign, n, qe, kind, _, s = _components(part, fmt, mode, w)
+        nonzero = (s > 0) | (kind != _FINITE)
+        return _assemble(*_specials(fmt, mode, saturate, sign, n, qe, kind, nonzero),
+                         part.dtype)
+
+    return round_chunked(x, bit_path, seed, words)
 
 
 def quantize(
@@ -378,16 +337,20 @@ def quantize(
     mode = _check_mode(rounding)
     if not isinstance(saturate, bool):
         raise TypeError(f"saturate must be a bool; got {saturate!r}")
-    words = _check_randomness(mode, seed, random_bits, t)
+    seed, words = _check_randomness(mode, seed, random_bits, t)
     x = t.detach()
+    if mode is RoundingMode.NEAREST and x.dtype != torch.float64 and use_chunks(x, fmt):
+        return nearest_chunks(x, fmt, saturate)  # CPU, large enough: same bits, faster
     if x.dtype in _WIDENED:
-        return quantize(x.float(), fmt, rounding=mode, saturate=saturate,
+        return quantize(x.float(), fmt, rounding=mode, saturate=saturate, seed=seed,
                         random_bits=None if words is None else words.reshape(t.shape),
                         ).to(t.dtype)
     if mode is RoundingMode.NEAREST and x.dtype == torch.float32 and fmt in _NATIVE:
         if not torch.compiler.is_compiling():  # compiled: the fused bit path needs no checks
-            return _nearest_by_cast(x, fmt, saturate)
+            return _nearest_by_cast(x, fmt, saturate)  # whole tensor (CUDA)
     x = x.contiguous()
-    sign, n, qe, kind, _, s = _components(x, fmt, mode, words)
+    if mode is RoundingMode.STOCHASTIC:
+        return _stochastic(x, fmt, saturate, seed, words).reshape(t.shape)
+    sign, n, qe, kind, _, s = _components(x, fmt, mode, None)
     parts = _specials(fmt, mode, saturate, sign, n, qe, kind, (s > 0) | (kind != _FINITE))
     return _assemble(*parts, x.dtype).reshape(t.shape)

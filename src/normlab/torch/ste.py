@@ -6,7 +6,11 @@ estimator of Bengio, Leonard and Courville, "Estimating or Propagating Gradients
 Stochastic Neurons for Conditional Computation", 2013), the gradient keeping t's dtype.
 The forward has no Python branch on tensor values once compiled (the native-cast fast
 path's data-dependent check is skipped under ``torch.compile``), so ``torch.compile(...,
-fullgraph=True)`` traces it whole.
+fullgraph=True)`` traces it whole, in every rounding mode. A seed that changes between
+calls becomes a symbolic int after the first recompile (no recompile per seed); the
+SplitMix64 words are built from its two 32-bit halves, so the generated code holds only
+int64 constants. Inductor passes symbolic ints as int64: there, seeds must be below 2^63
+(the recipes' stream seeds are 63-bit); eager and ``aot_eager`` take any seed in [0, 2^64).
 """
 
 from __future__ import annotations
