@@ -102,13 +102,17 @@ from normlab.precision import quantize
 x = np.ones((4, 8), np.float32)
 o, c = nl.layer_norm_forward(x, x[0], x[0]); nl.layer_norm_backward(x, c)
 o, c = nl.rms_norm_forward(x, x[0]); nl.rms_norm_backward(x, c)
+o, c = nl.batch_norm_forward(x, x[0], x[0], None, None, True); nl.batch_norm_backward(x, c)
+g = np.ones((2, 4, 3), np.float32)
+o, c = nl.group_norm_forward(g, 2, g[0, :, 0], g[0, :, 0]); nl.group_norm_backward(g, c)
 quantize(x, "bf16")
 print(time.perf_counter() - t0)
 """
 
 
 def _compile_times() -> dict[str, float]:
-    """Import + first calls (LN, RMS fwd/bwd, quantize) in fresh processes: cold, then warm."""
+    """Import + first calls (LN, RMS, BN, GN fwd/bwd, quantize) in fresh processes: cold,
+    then warm."""
     result: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as cache_dir:
         env = dict(os.environ, NUMBA_CACHE_DIR=cache_dir)
