@@ -51,6 +51,12 @@ __all__ = [
 # over range(j0, min(j0 + BLOCK, W)) (measured 30x slower).
 BLOCK = 1024
 
+# _ROWS: the backward's second sweep indexes 1-d row views (x[r], dx[r], pg[k], ...), not
+# the 2-d arrays, and adds the residual gradient in a loop of its own (a branch or a
+# conditional view in the loop stops its vectorisation): same arithmetic, 4-10% faster
+# (float32 LayerNorm backward, 2 threads: (8192, 4096) 12.8 -> 12.3 ms, (65536, 1024)
+# 21.9 -> 19.6 ms, means of two runs).
+
 # Row chunks of the parameter-gradient reduction: at least 64 (work for every thread), at
 # most 256 rows each (the partials are float32 sums over a chunk). Depends on R only.
 _MIN_CHUNKS = 64
@@ -98,6 +104,13 @@ def _row_sq_sum(a, r):
             b += s[j] * s[j]
         t += b
     return t
+
+
+@njit(inline="always")
+def _add_into(a, b):
+    """a += b elementwise (1-d rows; the add+norm backward's residual gradient)."""
+    for j in range(a.shape[0]):
+        a[j] += b[j]
 
 
 @njit(inline="always")
@@ -195,14 +208,15 @@ def layer_norm_bwd(dy, x, mean, rstd, gamma, dres, dx, pg, pb):
                 b += bb
             a_t = x.dtype.type(a / W)
             b_t = x.dtype.type(b / W)
+            xr, dyr, dxr, pgr, pbr = x[r], dy[r], dx[r], pg[k], pb[k]  # 1-d views (_ROWS)
             for j in range(W):
-                xh = (x[r, j] - mu) * rs
-                d = dy[r, j]
-                dx[r, j] = rs * (d * gamma[j] - a_t - xh * b_t)
-                if has_res:
-                    dx[r, j] += dres[r, j]
-                pg[k, j] += d * xh
-                pb[k, j] += d
+                xh = (xr[j] - mu) * rs
+                d = dyr[j]
+                dxr[j] = rs * (d * gamma[j] - a_t - xh * b_t)
+                pgr[j] += d * xh
+                pbr[j] += d
+            if has_res:
+                _add_into(dxr, dres[r])
 
 
 @jit(FAST)
@@ -228,13 +242,14 @@ def rms_norm_bwd(dy, x, rstd, gain, dres, dx, pg):
                     bb += dys[j] * gs[j] * (xs[j] * rs)
                 b += bb
             b_t = x.dtype.type(b / W)
+            xr, dyr, dxr, pgr = x[r], dy[r], dx[r], pg[k]  # 1-d views (_ROWS)
             for j in range(W):
-                xh = x[r, j] * rs
-                d = dy[r, j]
-                dx[r, j] = rs * (d * gain[j] - xh * b_t)
-                if has_res:
-                    dx[r, j] += dres[r, j]
-                pg[k, j] += d * xh
+                xh = xr[j] * rs
+                d = dyr[j]
+                dxr[j] = rs * (d * gain[j] - xh * b_t)
+                pgr[j] += d * xh
+            if has_res:
+                _add_into(dxr, dres[r])
 
 
 @njit(inline="always")
