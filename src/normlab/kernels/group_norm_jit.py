@@ -43,7 +43,12 @@ BLOCK = 1024  # values per block sum (as row_norms_jit.BLOCK; see there)
 
 @njit(inline="always")
 def _run_stats(x, r, eps):
-    """Mean and 1/sqrt(var + eps) of run r of x (R, M), both in x's dtype."""
+    """Mean and 1/sqrt(var + eps) of run r of x (R, M), both in x's dtype.
+
+    The same blocked, corrected two-pass sums as ``row_norms_jit._ln_row``, written here
+    again on purpose: numba's on-disk cache does not notice a change in a jitted helper
+    imported from another file, so kernels share no compiled helpers across files.
+    """
     M = x.shape[1]
     zero = x.dtype.type(0)
     t = 0.0
