@@ -30,6 +30,7 @@ __all__ = [
     "check_mapping",
     "check_nonneg",
     "check_out",
+    "check_out_tuple",
     "check_positive",
     "check_probability",
     "check_shape",
@@ -262,6 +263,23 @@ def check_writeable(arr: Any, name: str, why: str = "it is updated in place") ->
         raise ValueError(f"{name} must be writeable ({why}); got a read-only array of shape "
                          f"{arr.shape}")
     return arr
+
+
+def check_out_tuple(out: Any, names: Sequence[str]) -> tuple[Any, ...] | None:
+    """An ``out=`` of several results: None, or a tuple with one entry per name (each entry
+    is then checked by :func:`check_out`).
+
+    Raises
+    ------
+    TypeError
+        Not None and not a tuple of ``len(names)``; the message lists the names.
+    """
+    if out is None:
+        return None
+    if not isinstance(out, tuple) or len(out) != len(names):
+        raise TypeError(f"out must be None or a tuple of {len(names)} arrays or None "
+                        f"({', '.join(names)}); got {type(out).__name__} {out!r}"[:200])
+    return out
 
 
 def check_out(out: Any, shape: tuple[int, ...], dtype: np.dtype, name: str = "out",

@@ -27,6 +27,7 @@ from normlab._validate import (
     as_native,
     check_generator,
     check_out,
+    check_out_tuple,
     check_probability,
     check_shape,
 )
@@ -53,11 +54,9 @@ def _result_dtype(a: np.ndarray, drop_probability: Any) -> np.dtype:
 
 def _forward_out(out: Any, x: np.ndarray, drop_probability: Any
                  ) -> tuple[np.ndarray | None, np.ndarray | None] | None:
+    out = check_out_tuple(out, ("out", "keep"))
     if out is None:
         return None
-    if not isinstance(out, tuple) or len(out) != 2:
-        raise TypeError("out must be None or a tuple of 2 arrays or None (out, keep); got "
-                        f"{type(out).__name__} {out!r}"[:200])
     y = check_out(out[0], x.shape, _result_dtype(x, drop_probability), "out[0] (out)",
                   inputs=(("x", x, True),))
     keep = check_out(out[1], x.shape, np.dtype(np.bool_), "out[1] (keep)",

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from normlab._validate import check_out
+from normlab._validate import check_out, check_out_tuple
 
 __all__ = ["add_forward_out", "backward_out", "fill", "forward_out", "seam_extra"]
 
@@ -41,11 +41,9 @@ def add_forward_out(out: Any, x: np.ndarray, residual: np.ndarray,
                     params: tuple[tuple[str, np.ndarray | None], ...]
                     ) -> tuple[np.ndarray | None, np.ndarray | None] | None:
     """The fused add + norm forward's validated ``(out, new_residual)`` tuple or None."""
+    out = check_out_tuple(out, ("out", "new_residual"))
     if out is None:
         return None
-    if not isinstance(out, tuple) or len(out) != 2:
-        raise TypeError("out must be None or a tuple of 2 arrays or None (out, new_residual); "
-                        f"got {type(out).__name__} {out!r}"[:200])
     shared = (("x", x, True), ("residual", residual, True),
               *((name, p, False) for name, p in params))
     y = check_out(out[0], x.shape, x.dtype, "out[0] (out)", inputs=shared)
@@ -62,12 +60,9 @@ def backward_out(out: Any, dout: np.ndarray, x: np.ndarray,
 
     ``dresidual`` (the add + norm backwards): an input that no buffer may overlap.
     """
+    out = check_out_tuple(out, ("dx", *(name for name, _ in grads)))
     if out is None:
         return None
-    names = ("dx", *(name for name, _ in grads))
-    if not isinstance(out, tuple) or len(out) != len(names):
-        raise TypeError(f"out must be None or a tuple of {len(names)} arrays or None "
-                        f"({', '.join(names)}); got {type(out).__name__} {out!r}"[:200])
     dx = check_out(out[0], x.shape, x.dtype, "out[0] (dx)",
                    inputs=(("dout", dout, True), ("the forward input x", x, False),
                            ("dresidual", dresidual, False)))
