@@ -7,6 +7,8 @@ every oracle comparison in one place.
 
 from __future__ import annotations
 
+import importlib.util
+import sys
 import zlib
 
 import ml_dtypes
@@ -14,6 +16,13 @@ import numpy as np
 import pytest
 
 from normlab.precision import NAMED_FORMATS, get_format
+
+# pytest puts tests/ on sys.path, where the folder tests/torch would be imported as an empty
+# namespace package named "torch" when PyTorch is not installed; make that import fail, so
+# pytest.importorskip("torch") skips as it should.
+_torch = importlib.util.find_spec("torch")
+if _torch is not None and _torch.origin is None:
+    sys.modules["torch"] = None  # type: ignore[assignment]
 
 # format name -> the numpy / ml_dtypes type that stores it (the independent oracle)
 ML_TYPES: dict[str, type] = {
@@ -35,6 +44,12 @@ ML_PAIRS = [(f, ML_TYPES[f.name]) for f in NAMED_FORMATS if f.bits < 32] + [
     (get_format("e3m4"), ml_dtypes.float8_e3m4),
     (get_format("float8_e4m3"), ml_dtypes.float8_e4m3),
 ]
+# ml_dtypes < 0.7 sends float32 subnormals in (2^-127, 1.5 * 2^-127) up to 2^-126 in E8M0;
+# 0.7 rounds the value, as normlab does. Detected here, not assumed from a version number,
+# so the comparisons follow whichever release is installed.
+ML_DTYPES_E8M0_SUBNORMAL_UP = float(
+    np.array([1.25 * 2.0**-127], np.float32).astype(ml_dtypes.float8_e8m0fnu)
+    .astype(np.float64)[0]) == 2.0**-126
 FNUZ_FORMATS = [get_format(n) for n in ("e4m3fnuz", "e5m2fnuz", "e4m3b11fnuz")]
 
 

@@ -178,7 +178,7 @@ def test_flat_state_dicts_round_trip_through_plain_savez(tmp_path: Path) -> None
     up.apply(np.ones(3, np.float32), np.full(3, 2.0**-10))
     for obj in (run.model, run.master, run.scaler, static, up):
         buf = io.BytesIO()
-        np.savez(buf, allow_pickle=False, **obj.state_dict())
+        np.savez(buf, **obj.state_dict())  # NumPy < 2.1 has no allow_pickle here
         buf.seek(0)
         with np.load(buf, allow_pickle=False) as npz:
             loaded = {k: npz[k] for k in npz.files}  # 0-d arrays for the scalars
@@ -259,6 +259,16 @@ def test_checkpoint_tree_types_survive() -> None:
     assert out["arr"].dtype == np.dtype(">f8")
     np.testing.assert_array_equal(out["arr"], state["arr"])
     assert out["names"].tolist() == ["a", "bc"]
+
+
+def test_checkpoint_file_holds_only_the_tree_and_its_arrays(tmp_path: Path) -> None:
+    # one member per array plus the tree: nothing else (NumPy < 2.1 would store a keyword
+    # such as allow_pickle=False passed to savez as one more array), and no pickle inside
+    path = checkpoint.save(tmp_path / "ck", {"w": np.ones(2), "opt": {"m": np.zeros(3)},
+                                              "step": 7})
+    with np.load(path, allow_pickle=False) as npz:
+        assert len(npz.files) == 3
+        assert all(npz[name].dtype != object for name in npz.files)
 
 
 def test_checkpoint_rejects_what_needs_pickle(tmp_path: Path) -> None:

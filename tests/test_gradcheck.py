@@ -109,6 +109,10 @@ def test_bad_arguments(rng):
     args = (layer_norm_forward, layer_norm_backward, (x, None, None))
     with pytest.raises(ValueError, match="mode"):
         gradcheck(*args, rng=rng, mode="sparse")
+    # an empty inputs is named, not left to forward's own TypeError about missing arguments
+    for empty in ((), []):
+        with pytest.raises(ValueError, match="inputs is empty"):
+            gradcheck(layer_norm_forward, layer_norm_backward, empty, rng=rng)
     with pytest.raises(ValueError, match="h"):
         gradcheck(*args, rng=rng, h=0.0)
     with pytest.raises(TypeError, match="rng"):

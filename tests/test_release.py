@@ -3,8 +3,9 @@
 The smoke test follows CONTRIBUTING.md's release checklist: build the sdist and the wheel,
 ``twine check`` them, install the wheel into a fresh virtual environment and run the
 ``normlab`` command from there. To stay within about a minute it (a) builds without build
-isolation and makes the venv with ``--system-site-packages`` (numpy, numba, ml_dtypes,
-matplotlib and tqdm come from the running interpreter, normlab itself only from the wheel,
+isolation and lets the venv import the running interpreter's packages through a ``.pth``
+file (numpy, numba, ml_dtypes, matplotlib and tqdm come from wherever this interpreter has
+them: a venv, a conda-like prefix or a system install; normlab itself only from the wheel,
 which the test checks), and (b) runs ``normlab report --quick`` on the four fastest
 experiments; the full ``normlab report --quick`` is the checklist's manual step.
 """
@@ -72,6 +73,47 @@ def _run(args: list[str], **kwargs) -> subprocess.CompletedProcess[str]:
     return done
 
 
+def _dependency_dirs() -> list[str]:
+    """The running interpreter's package folders (a venv's, a conda prefix's or the system's).
+
+    Not the base interpreter's: inside a virtual environment ``--system-site-packages``
+    would expose those, which need not hold numpy, ml_dtypes or numba. Only folders named
+    site-packages or dist-packages: an editable install of this source tree puts ``src/``
+    on the path too, and normlab must come from the wheel alone.
+    """
+    return [p for p in dict.fromkeys(sys.path)
+            if Path(p).name in ("site-packages", "dist-packages") and Path(p).is_dir()]
+
+
+def _share_dependencies(python: Path) -> None:
+    """Let the smoke environment import what the running interpreter has installed.
+
+    A ``.pth`` file of plain paths in the venv's own site-packages: they follow it on
+    ``sys.path``, so the wheel installed into the venv comes first; ``.pth`` files inside
+    those folders are not run (no editable install of the source tree leaks in).
+    """
+    probe = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    own = Path(_run([str(python), "-I", "-c", probe]).stdout.strip())  # the venv's own
+    (own / "_normlab_smoke_deps.pth").write_text("\n".join(_dependency_dirs()) + "\n")
+
+
+def test_smoke_environment_sees_the_running_interpreters_packages(tmp_path):
+    # numpy, ml_dtypes and numba must come from wherever this interpreter found them
+    # (a venv, a conda-like prefix or a system install), never from the source tree
+    _run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")])
+    python = tmp_path / "venv" / "bin" / "python"
+    _share_dependencies(python)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    probe = ("import ml_dtypes, numba, numpy, sys; "
+             "print(all(m.__file__.startswith(tuple(sys.argv[1:])) for m in "
+             "(ml_dtypes, numba, numpy)))")
+    done = _run([str(python), "-c", probe, *_dependency_dirs()], cwd=tmp_path, env=env)
+    assert done.stdout.strip() == "True"
+    missing = _run([str(python), "-c", "import importlib.util as u; "
+                    "print(u.find_spec('normlab'))"], cwd=tmp_path, env=env)
+    assert missing.stdout.strip() == "None"  # normlab itself: only from the wheel
+
+
 @pytest.mark.slow
 def test_wheel_and_sdist_build_check_and_smoke_install(tmp_path):
     for module in ("build", "twine"):
@@ -90,8 +132,9 @@ def test_wheel_and_sdist_build_check_and_smoke_install(tmp_path):
         assert f"{info}/licenses/LICENSE" in zf.namelist()
 
     venv = tmp_path / "venv"
-    _run([sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", str(venv)])
+    _run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
     python = venv / "bin" / "python"
+    _share_dependencies(python)
     work = tmp_path / "work"  # not the source tree: nothing may come from there
     work.mkdir()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
@@ -109,3 +152,16 @@ def test_wheel_and_sdist_build_check_and_smoke_install(tmp_path):
     )  # fmt: skip
     assert "4 of 4 experiments passed" in report.stdout
     assert (work / "rep" / "report.html").is_file() and (work / "rep" / "metrics.json").is_file()
+
+
+def test_ci_runs_the_readme_test_line_in_a_fresh_environment():
+    # .ci/run takes the README's quick-start test line (the first line that installs and
+    # then runs pytest) and runs it in a virtual environment it has just made
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    quick = readme.split("## Quick start", 1)[1].split("```", 2)[1]
+    lines = [ln for ln in quick.splitlines() if re.match(r"pip install .*&& python -m pytest", ln)]
+    assert len(lines) == 1, quick
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert "grep -m 1 -E '^pip install .*&& python -m pytest' README.md" in ci
+    assert re.search(r"python3 -m venv \"\$tmp/venv\"\n.*\n\. \"\$tmp/venv/bin/activate\"", ci)
+    assert ci.rstrip().endswith('eval "$line"')

@@ -8,8 +8,10 @@ members (readable with ``np.load``, named after their path in the tree); the tre
 with the Python scalars, is stored as one JSON string member. :func:`load` gives back the
 same tree: dicts with their key types, lists, tuples, arrays with their dtypes, Python
 scalars exactly (floats round-trip through ``repr``, ints of any size, so the 128-bit
-state of ``PCG64`` survives). Both use ``allow_pickle=False``: a checkpoint file cannot
-run code when loaded.
+state of ``PCG64`` survives). No pickle either way: :func:`save` stores only arrays without
+objects (checked leaf by leaf, so ``np.savez`` has nothing to pickle; NumPy < 2.1's
+``savez`` has no ``allow_pickle`` argument and would store one as an array member), and
+:func:`load` reads with ``allow_pickle=False``: a checkpoint file cannot run code when loaded.
 
 A path is written atomically: to a temporary file in the same folder, flushed to disk,
 then renamed over the target, so a crash never leaves a half-written checkpoint.
@@ -123,7 +125,7 @@ def save(file: str | os.PathLike[str] | IO[bytes], state: Any) -> Path | None:
     text = json.dumps(tree, allow_nan=True)
     members = {**enc.arrays, _TREE_KEY: np.array(text)}
     if not isinstance(file, (str, os.PathLike)):
-        np.savez(file, allow_pickle=False, **members)
+        np.savez(file, **members)
         return None
     path = Path(file)
     if path.suffix != ".npz":
@@ -131,7 +133,7 @@ def save(file: str | os.PathLike[str] | IO[bytes], state: Any) -> Path | None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
-            np.savez(fh, allow_pickle=False, **members)
+            np.savez(fh, **members)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)

@@ -259,6 +259,9 @@ def _check_args(forward: Any, backward: Any, inputs: Any, rng: Any, wrt: Any, mo
         raise TypeError("inputs must be a tuple or list of forward's arguments (wrap a "
                         f"single array as (x,)); got {type(inputs).__name__}")
     items = list(inputs)
+    if not items:
+        raise ValueError("inputs is empty: gradcheck needs forward's arguments, at least one "
+                         "float array to check (e.g. (x, gamma, beta))")
     check_generator(rng)
     if mode not in _MODES:
         raise ValueError(f"mode must be one of {_MODES}; got {mode!r}")

@@ -140,7 +140,7 @@ def test_state_dict_round_trips_through_savez_and_pickle(tmp_path):
         meta.quantize(np.array([a], np.float32))
         meta.update()
     state = meta.state_dict()
-    np.savez(tmp_path / "m.npz", allow_pickle=False, **state)
+    np.savez(tmp_path / "m.npz", **state)  # NumPy < 2.1 has no allow_pickle here
     with np.load(tmp_path / "m.npz", allow_pickle=False) as f:
         loaded = dict(f)
     for source in (loaded, pickle.loads(pickle.dumps(state))):

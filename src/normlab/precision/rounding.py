@@ -34,8 +34,9 @@ NaN, as in ml_dtypes.
 E8M0 and float32 subnormals (one rule for every input dtype): the real value is rounded,
 whatever its dtype, so 1.25 * 2^-127 (float32 bits 0x00500000) gives 2^-127 from float32
 and from float64 alike, and 1.5 * 2^-127 (a tie; m = 0, so it goes up) gives 2^-126.
-ml_dtypes (and torch's float8_e8m0fnu cast) map every float32 subnormal above 2^-127 to
-2^-126; normlab does not copy that: the same value must not round differently by dtype.
+ml_dtypes < 0.7 (and torch's float8_e8m0fnu cast, 2.13) map every float32 subnormal above
+2^-127 to 2^-126; normlab does not copy that: the same value must not round differently by
+dtype. ml_dtypes 0.7 rounds the value, as normlab does.
 
 Kernel seam: after validation :func:`quantize` calls ``normlab._backend.dispatch`` with the
 name ``"quantize"``, and a registered kernel gets ``k(x, fmt, mode, saturate, seed,
