@@ -10,6 +10,7 @@ import fcntl
 import json
 import os
 import pty
+import shlex
 import signal
 import struct
 import subprocess
@@ -208,7 +209,7 @@ def test_closed_pipe_is_quiet():
     _, err = proc.communicate(timeout=TIMEOUT)
     assert err == b"" and proc.returncode == 141
     shell = subprocess.run(
-        "set -o pipefail; python -m normlab formats | head -1",
+        f"set -o pipefail; {shlex.quote(sys.executable)} -m normlab formats | head -1",
         shell=True, executable="/bin/bash", env={**os.environ, "PYTHONPATH": SRC},
         capture_output=True, text=True, timeout=TIMEOUT,
     )  # fmt: skip

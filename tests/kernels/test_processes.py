@@ -85,6 +85,7 @@ def _run(script: str, *, timeout: float, env: dict[str, str | None] | None = Non
 
 def test_forked_children_compute_what_the_parent_computed():
     # the parent runs the parallel kernels, then forks in every way Python offers
+    pytest.importorskip("torch")  # one of the ways is a PyTorch DataLoader's workers
     got = _run("""
         import json, os, multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor
