@@ -18,14 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from normlab._backend import register
 from normlab.kernels import block_scale_jit as jit
 from normlab.kernels._adapt import FLOATS, launch
 
 __all__: list[str] = []
 
 
-@register("block_amax")
 def block_amax(x: np.ndarray, block: tuple[int, ...]) -> Any:
     """Kernel of the reference ``block_amax`` (float32/float64 x)."""
     if x.dtype not in FLOATS or x.size == 0:

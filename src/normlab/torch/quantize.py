@@ -39,7 +39,7 @@ from normlab.precision.formats import (
     Format,
 )
 from normlab.precision.random_bits import check_seed
-from normlab.precision.rounding import RoundingMode, _check_mode
+from normlab.precision.modes import RoundingMode, check_mode
 from normlab.torch._cpuround import nearest_chunks, use_chunks
 from normlab.torch._import import torch
 from normlab.torch._stochastic import fast_kernel, round_chunked, splitmix64, stochastic_words
@@ -334,7 +334,7 @@ def quantize(
     """
     t = _check_tensor(t)
     fmt = get_format(fmt)
-    mode = _check_mode(rounding)
+    mode = check_mode(rounding)
     if not isinstance(saturate, bool):
         raise TypeError(f"saturate must be a bool; got {saturate!r}")
     seed, words = _check_randomness(mode, seed, random_bits, t)
