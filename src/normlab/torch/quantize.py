@@ -38,8 +38,8 @@ from normlab.precision.formats import (
     FLOAT16,
     Format,
 )
-from normlab.precision.random_bits import check_seed
 from normlab.precision.modes import RoundingMode, check_mode
+from normlab.precision.random_bits import check_seed
 from normlab.torch._cpuround import nearest_chunks, use_chunks
 from normlab.torch._import import torch
 from normlab.torch._stochastic import fast_kernel, round_chunked, splitmix64, stochastic_words
