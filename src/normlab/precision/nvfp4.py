@@ -39,14 +39,13 @@ from typing import Any
 import numpy as np
 
 from normlab._validate import as_float_array, check_finite_real, check_int
-from normlab.precision import _blocks
-from normlab.precision.formats import FLOAT4_E2M1FN, FLOAT8_E4M3FN
-from normlab.precision.rounding import RoundingMode, quantize
+from normlab.precision import recipe_core as core
+from normlab.precision.blocks import check_block_shape
+from normlab.precision.namespace import NUMPY
+from normlab.precision.random_bits import stochastic_source
 
 __all__ = ["NVFP4Tensor", "nvfp4_quantize"]
 
-_F32 = np.float32
-_F32_MAX = _F32(np.finfo(np.float32).max)
 _MODES = ("nearest", "stochastic")
 
 
@@ -54,10 +53,19 @@ _MODES = ("nearest", "stochastic")
 class NVFP4Tensor:
     """An NVFP4-quantised array.
 
-    elements: float32, x's shape, values of E2M1 (NaN in NaN blocks).
-    block_scales: float32 values of E4M3; x's shape with the blocked axis length replaced
-    by nB (1-D blocks), or the last two by (nR, nC) (2-D blocks).
-    tensor_scale: the per-tensor decode scale S_dec (a float32 value).
+    Attributes
+    ----------
+    elements : numpy.ndarray
+        float32, x's shape, values of E2M1 (NaN in NaN blocks).
+    block_scales : numpy.ndarray
+        float32 values of E4M3; x's shape with the blocked axis length replaced by nB
+        (1-D blocks), or the last two by (nR, nC) (2-D blocks).
+    tensor_scale : float
+        The per-tensor decode scale $S_{dec}$ (a float32 value).
+    block_shape : tuple of int
+        `(16,)` or the 2-D block shape.
+    axis : int
+        The blocked axis of 1-D blocks (non-negative; the last axis for 2-D blocks).
     """
 
     elements: np.ndarray
@@ -67,25 +75,10 @@ class NVFP4Tensor:
     axis: int
 
     def dequantize(self) -> np.ndarray:
-        """``elements * block_scale * tensor_scale`` in float32, x's shape."""
-        moved = np.moveaxis(self.elements, self.axis, -1)
-        block = self.block_shape
-        scales = _blocks.expand(np.moveaxis(self.block_scales, self.axis, -1)
-                                if len(block) == 1 else self.block_scales, block, moved.shape)
-        with np.errstate(over="ignore", invalid="ignore"):
-            out = (moved * scales).astype(np.float32) * _F32(self.tensor_scale)
-        return np.moveaxis(out, -1, self.axis)
-
-
-def _tensor_scales(amax_t: float) -> tuple[np.float32, np.float32]:
-    """(S_enc, S_dec) from the tensor amax (see the module header)."""
-    a = _F32(amax_t)
-    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-        s_enc = _F32(_F32(448.0 * 6.0) / a)
-    if not (np.isfinite(a) and a > 0) or s_enc == 0:
-        s_enc = _F32(1.0)
-    s_enc = min(s_enc, _F32_MAX)
-    return s_enc, _F32(_F32(1.0) / s_enc)
+        """`elements * block_scale * tensor_scale` in float32, x's shape."""
+        return core.nvfp4_dequantize_values(self.elements, self.block_scales,
+                                            np.float32(self.tensor_scale),
+                                            block=self.block_shape, axis=self.axis, xp=NUMPY)
 
 
 def nvfp4_quantize(
@@ -137,7 +130,7 @@ def nvfp4_quantize(
     if block_shape is None:
         block: tuple[int, ...] = (16,)
     else:
-        block = _blocks.check_block_shape(block_shape, arr.ndim)
+        block = check_block_shape(block_shape, arr.ndim)
         if len(block) != 2 or ax % arr.ndim != arr.ndim - 1:
             raise ValueError("block_shape must be None (1 x 16 blocks along axis) or a 2-tuple "
                              f"of the last two axes with axis=-1; got block_shape="
@@ -147,24 +140,10 @@ def nvfp4_quantize(
     amax_t = None if tensor_amax is None else check_finite_real(tensor_amax, "tensor_amax")
     if amax_t is not None and amax_t < 0:
         raise ValueError(f"tensor_amax must be >= 0; got {tensor_amax!r}")
-    ax %= arr.ndim
-    moved = np.moveaxis(arr, ax, -1)  # ...,N
-    with np.errstate(invalid="ignore"):
-        amax_raw = _blocks.block_amax(moved, block)  # block grid, exact
-    if amax_t is None:  # max |x| = the max of the block maxima (NaN propagates)
-        amax_t = float(np.max(amax_raw)) if amax_raw.size else 0.0
-    s_enc, s_dec = _tensor_scales(amax_t)
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        amax_b = amax_raw.astype(np.float32)
-        # TE's operation order (core_nvfp4.cuh, compute_decoding_scaling_factor):
-        # amax_b * (S_enc * (1/6)), each product rounded to float32
-        s_b = (amax_b * _F32(s_enc * _F32(1.0 / 6.0))).astype(np.float32)
-        scales = quantize(s_b, FLOAT8_E4M3FN, saturate=True)  # block grid, float32
-        inv = np.minimum(_F32(1.0) / (scales * s_dec).astype(np.float32), _F32_MAX)
-        work = _blocks.work_dtype(arr)
-        moved_w = moved.astype(work, copy=False)  # ...,N
-        scaled = np.moveaxis(_blocks.multiply_blocks(moved_w, inv.astype(work), block), -1, ax)
-        elems = quantize(scaled, FLOAT4_E2M1FN, rounding=RoundingMode(rounding),
-                         saturate=True, rng=rng, seed=seed, random_bits=random_bits)
-    stored = scales if len(block) == 2 else np.moveaxis(scales, -1, ax)
-    return NVFP4Tensor(elems.astype(np.float32, copy=False), stored, float(s_dec), block, ax)
+    seed_, words = stochastic_source(rounding == "stochastic", rng, seed, random_bits,
+                                     arr.shape)
+    elems, scales, s_dec = core.nvfp4_quantize_parts(
+        arr, block=block, axis=ax % arr.ndim,
+        amax_tensor=None if amax_t is None else np.float64(amax_t), rounding=rounding,
+        seed=seed_, random_bits=words, xp=NUMPY)
+    return NVFP4Tensor(elems, scales, float(s_dec), block, ax % arr.ndim)

@@ -18,10 +18,7 @@ from typing import Any
 
 import torch
 
-from normlab.precision.formats import get_format
-from normlab.torch import _operands as ops
-from normlab.torch._stochastic import splitmix64_int
-from normlab.torch.recipes import (
+from normlab.precision.recipes import (
     Bf16Recipe,
     BlockwiseFp8Recipe,
     Fp8CurrentRecipe,
@@ -29,6 +26,8 @@ from normlab.torch.recipes import (
     MXRecipe,
     NVFP4Recipe,
 )
+from normlab.torch import _operands as ops
+from normlab.torch._stochastic import splitmix64_int
 
 __all__ = ["ROLES", "QuantLinearFunction", "quantize_operand", "stream_seed"]
 
@@ -53,19 +52,20 @@ def quantize_operand(layer: Any, t: torch.Tensor, role: str, axis: int,
     r = layer.recipe
     grad_role = "backward" if role == "dy" else "forward"
     if isinstance(r, Bf16Recipe):
-        return ops.round_elements(t, get_format(r.fmt), saturate=False)
+        return ops.round_elements(t, r.format_for(grad_role), saturate=False)
     if isinstance(r, Fp8DelayedRecipe):
         return layer.delayed_quantize(t, ROLES.index(role))
     if isinstance(r, Fp8CurrentRecipe):
         return layer.current_quantize(t, ROLES.index(role))
     if isinstance(r, MXRecipe):
-        return ops.mx_blocks(t, r.format_for(grad_role), axis, r.block_size)
+        return ops.mx_blocks(t, r.format_for(grad_role), axis, r.block_size, r.scale_rule)
     if isinstance(r, NVFP4Recipe):
         return ops.nvfp4(t, axis, two_d=(role == "w" and r.two_d_weights), seed=seed)
     if isinstance(r, BlockwiseFp8Recipe):
         k = r.block_size
         block = (k, k) if role == "w" else (1, k)
-        return ops.block_scaled(t, r.format_for(grad_role), axis, block)
+        return ops.block_scaled(t, r.format_for(grad_role), axis, block,
+                                power_of_2_scales=r.power_of_2_scales, epsilon=r.amax_epsilon)
     raise TypeError(f"unsupported recipe {r!r}")  # QuantLinear validated it
 
 
@@ -111,7 +111,7 @@ def _block_backward(layer: Any, dy: torch.Tensor, x: torch.Tensor,
         seeds = [stream_seed(layer.seed, counter, k) for k in (0, 1)]
     dx = quantize_operand(layer, dy, "dy", 1, seeds[0]) @ quantize_operand(layer, w, "w", 0)
     if isinstance(r, NVFP4Recipe) and r.hadamard:
-        signs = layer.hadamard_signs  # 16
-        dy, x = ops.hadamard_rows(dy, signs), ops.hadamard_rows(x, signs)  # M',N  M',K
+        m = layer.hadamard_matrix  # 16,16: the recipe seed's random Hadamard transform
+        dy, x = ops.hadamard_rows(dy, m), ops.hadamard_rows(x, m)  # M',N  M',K
     dw = quantize_operand(layer, dy, "dy", 0, seeds[1]).t() @ quantize_operand(layer, x, "x", 0)
     return dx, dw

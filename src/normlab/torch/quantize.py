@@ -209,7 +209,8 @@ def _nearest_by_cast(x: torch.Tensor, fmt: Format, saturate: bool) -> torch.Tens
     return torch.where(bad, torch.copysign(torch.tensor(float("nan")), x), y)
 
 
-def _check_tensor(t: Any) -> torch.Tensor:
+def check_tensor(t: Any) -> torch.Tensor:
+    """`t` if it is a tensor of float32, float64, bfloat16 or float16, else TypeError."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(
             f"t must be a torch.Tensor; got {type(t).__name__}. For NumPy arrays use "
@@ -332,7 +333,7 @@ def quantize(
     >>> quantize(torch.tensor([1.0 + 2**-8]), "bf16")
     tensor([1.])
     """
-    t = _check_tensor(t)
+    t = check_tensor(t)
     fmt = get_format(fmt)
     mode = check_mode(rounding)
     if not isinstance(saturate, bool):
