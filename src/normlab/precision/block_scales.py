@@ -33,9 +33,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from normlab.precision import scales
 from normlab.precision.formats import FLOAT8_E4M3FN, Format
 from normlab.precision.namespace import F32_MAX, ArrayNamespace, namespace_of
-from normlab.precision.scales import scale_from_amax
 
 __all__ = ["MX_NAN_CODE", "MX_RULES", "blockwise_scales", "mx_scale_codes", "nvfp4_scales"]
 
@@ -129,7 +129,7 @@ def nvfp4_scales(amax_blocks: Any, amax_tensor: Any, *,
     """
     xp = namespace_of(amax_blocks) if xp is None else xp
     with xp.quiet():
-        s_enc = scale_from_amax(amax_tensor, NVFP4_TENSOR_MAX, xp=xp)  # 0-d float32
+        s_enc = scales.scale_from_amax(amax_tensor, NVFP4_TENSOR_MAX, xp=xp)  # 0-d float32
         one = xp.scalar(1.0, s_enc)
         s_dec = one / s_enc
         sixth = xp.scalar(1.0 / 6.0, s_enc)  # float32(1/6)
@@ -171,5 +171,6 @@ def blockwise_scales(amax: Any, fmt: Format, *, epsilon: float = 0.0,
     >>> blockwise_scales(np.float32([4.0, 0.0]), get_format("e4m3")).tolist()
     [112.0, 1.0]
     """
-    return scale_from_amax(amax, fmt.max, epsilon=epsilon, power_of_2_scales=power_of_2_scales,
-                           value_for_inf=value_for_inf, xp=xp)
+    return scales.scale_from_amax(amax, fmt.max, epsilon=epsilon,
+                                  power_of_2_scales=power_of_2_scales,
+                                  value_for_inf=value_for_inf, xp=xp)

@@ -35,10 +35,10 @@ import numpy as np
 
 from normlab._validate import as_float_array, check_finite_real, check_int
 from normlab.precision import recipe_core as core
+from normlab.precision import scales
 from normlab.precision.formats import Format, get_format
 from normlab.precision.namespace import NUMPY
 from normlab.precision.recipes import DelayedScaling
-from normlab.precision.scales import UPDATES, delayed_update, record_amax, scale_from_amax
 
 __all__ = [
     "DelayedScaling",
@@ -82,11 +82,11 @@ def compute_scale(amax: float, fp8_max: float, margin: int = 0, previous: float 
     >>> compute_scale(3.5, 448.0), compute_scale(0.0, 448.0, previous=2.0)
     (128.0, 2.0)
     """
-    if update not in UPDATES:
-        raise ValueError(f"update must be one of {UPDATES}; got {update!r}")
+    if update not in scales.UPDATES:
+        raise ValueError(f"update must be one of {scales.UPDATES}; got {update!r}")
     with np.errstate(over="ignore"):
         a = np.float32(amax)
-    s = scale_from_amax(a, fp8_max, margin=check_int(margin, "margin"),
+    s = scales.scale_from_amax(a, fp8_max, margin=check_int(margin, "margin"),
                         previous=np.float32(previous), update=update, xp=NUMPY)
     return float(s)
 
@@ -264,16 +264,16 @@ class Fp8Meta:
         running max over the step; a NaN sticks until the slot is zeroed)."""
         t = fp8_quantize(x, self.fmt, self.scale)
         with np.errstate(over="ignore"):
-            self.amax_history = record_amax(self.amax_history, np.float64(t.amax), xp=NUMPY)
+            self.amax_history = scales.record_amax(self.amax_history, np.float64(t.amax), xp=NUMPY)
         return t
 
     def update(self) -> None:
         """End of step: amax from the history, new scale and scale_inv, then roll
         ([delayed_update][normlab.precision.scales.delayed_update])."""
         r = self.recipe
-        history, scale = delayed_update(self.amax_history, np.float32(self.scale), self.fmt.max,
-                                        margin=r.margin, amax_compute_algo=r.amax_compute_algo,
-                                        update=r.update, xp=NUMPY)
+        history, scale = scales.delayed_update(
+            self.amax_history, np.float32(self.scale), self.fmt.max, margin=r.margin,
+            amax_compute_algo=r.amax_compute_algo, update=r.update, xp=NUMPY)
         self.amax_history, self.scale = history, float(scale)
         self.scale_inv = float(np.float32(1.0) / np.float32(self.scale))
 

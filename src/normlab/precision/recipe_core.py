@@ -19,16 +19,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from normlab.precision import blocks
-from normlab.precision.block_scales import (
-    MX_NAN_CODE,
-    blockwise_scales,
-    mx_scale_codes,
-    nvfp4_scales,
-)
+from normlab.precision import block_scales, blocks, scales
+from normlab.precision.block_scales import MX_NAN_CODE
 from normlab.precision.formats import FLOAT4_E2M1FN, Format
 from normlab.precision.namespace import ArrayNamespace
-from normlab.precision.scales import scale_from_amax
 
 __all__ = [
     "blockwise_dequantize_values",
@@ -69,7 +63,7 @@ def current_scale(x: Any, fmt: Format, *, margin: int = 0, epsilon: float = 0.0,
     over ranks): [scale_from_amax][normlab.precision.scales.scale_from_amax] with
     `fmt.max`, 1 where the amax is 0, inf or NaN."""
     a = tensor_amax(x, xp=xp) if amax is None else amax
-    return scale_from_amax(a, fmt.max, margin=margin, epsilon=epsilon,
+    return scales.scale_from_amax(a, fmt.max, margin=margin, epsilon=epsilon,
                            power_of_2_scales=power_of_2_scales, xp=xp)
 
 
@@ -91,7 +85,8 @@ def mx_quantize_parts(x: Any, fmt: Format, *, block_size: int, axis: int, rule: 
         block = (block_size,)
         moved = xp.moveaxis(x, axis, -1)  # ...,N
         work = xp.work(moved)
-        codes = mx_scale_codes(blocks.block_amax(moved, block, xp=xp), fmt, rule, xp=xp)
+        amax = blocks.block_amax(moved, block, xp=xp)  # ...,B
+        codes = block_scales.mx_scale_codes(amax, fmt, rule, xp=xp)
         bad = codes == MX_NAN_CODE  # ...,B
         factor = xp.cast_like(_pow2(xp.where(bad, xp.scalar(0, codes), 127 - codes), xp),
                               work)
@@ -134,17 +129,17 @@ def nvfp4_quantize_parts(x: Any, *, block: tuple[int, ...], axis: int,
         amax_b = xp.astype(blocks.block_amax(moved, block, xp=xp), "float32")  # grid
         if amax_tensor is None:  # the max of the block maxima (NaN propagates)
             amax_tensor = tensor_amax(amax_b, xp=xp)
-        scales, inv, s_dec = nvfp4_scales(amax_b, amax_tensor, xp=xp)
+        s_b, inv, s_dec = block_scales.nvfp4_scales(amax_b, amax_tensor, xp=xp)
         work = xp.work(moved)
         scaled = blocks.scale_blocks(work, xp.cast_like(inv, work), block, xp=xp)  # ...,N
-        nan_block = blocks.spread(xp.isnan(scales), block, tuple(moved.shape), xp=xp)
+        nan_block = blocks.spread(xp.isnan(s_b), block, tuple(moved.shape), xp=xp)
         # x's layout before rounding: element i of x is stochastic word i
         elems = xp.quantize(xp.moveaxis(scaled, -1, axis), FLOAT4_E2M1FN, saturate=True,
                             rounding=rounding, seed=seed, random_bits=random_bits)
         elems = xp.astype(elems, "float32")
         nan = xp.scalar(float("nan"), elems)
         elems = xp.where(xp.moveaxis(nan_block, -1, axis), nan, elems)
-        stored = scales if len(block) == 2 else xp.moveaxis(scales, -1, axis)
+        stored = s_b if len(block) == 2 else xp.moveaxis(s_b, -1, axis)
         return elems, stored, s_dec
 
 
@@ -168,14 +163,14 @@ def blockwise_quantize_parts(x: Any, fmt: Format, *, block: tuple[int, ...],
     on the block grid; `data = sat_round(x * scale)` (float32, x's shape).
     """
     with xp.quiet():
-        scales = blockwise_scales(blocks.block_amax(x, block, xp=xp), fmt, epsilon=epsilon,
-                                  power_of_2_scales=power_of_2_scales,
-                                  value_for_inf=xp.input_max(x), xp=xp)
-        inv = xp.scalar(1.0, scales) / scales
+        s = block_scales.blockwise_scales(blocks.block_amax(x, block, xp=xp), fmt,
+                                          epsilon=epsilon, power_of_2_scales=power_of_2_scales,
+                                          value_for_inf=xp.input_max(x), xp=xp)
+        inv = xp.scalar(1.0, s) / s
         work = xp.work(x)
-        scaled = blocks.scale_blocks(work, xp.cast_like(scales, work), block, xp=xp)
+        scaled = blocks.scale_blocks(work, xp.cast_like(s, work), block, xp=xp)
         data = xp.astype(xp.quantize(scaled, fmt, saturate=True), "float32")
-        return data, scales, inv
+        return data, s, inv
 
 
 def blockwise_dequantize_values(data: Any, scale_inv: Any, *, block: tuple[int, ...],

@@ -26,6 +26,7 @@ import torch
 
 from normlab._validate import check_int
 from normlab.precision import recipe_core as core
+from normlab.precision import scales
 from normlab.precision.hadamard import rht_matrix
 from normlab.precision.recipes import (
     Fp8CurrentRecipe,
@@ -34,7 +35,6 @@ from normlab.precision.recipes import (
     Recipe,
     check_recipe,
 )
-from normlab.precision.scales import delayed_update, record_amax
 from normlab.torch import _operands as ops
 from normlab.torch._gemm import ROLES, QuantLinearFunction
 from normlab.torch.distributed import reduce_amax
@@ -179,7 +179,8 @@ class QuantLinear(torch.nn.Module):
         out = ops.per_tensor(t, fmt, self.scale[index])
         if self.training:
             amax = core.tensor_amax(t, xp=TORCH)
-            self.amax_history[index] = record_amax(self.amax_history[index], amax, xp=TORCH)
+            row = self.amax_history[index]  # L
+            self.amax_history[index] = scales.record_amax(row, amax, xp=TORCH)
             self.pending = True
         return out
 
@@ -208,9 +209,9 @@ class QuantLinear(torch.nn.Module):
         rows = []
         for i, role in enumerate(ROLES):
             fmt = r.format_for("backward" if role == "dy" else "forward")
-            rows.append(delayed_update(self.amax_history[i], self.scale[i], fmt.max,
-                                       margin=r.margin, amax_compute_algo=r.amax_compute_algo,
-                                       update=r.update, xp=TORCH))
+            rows.append(scales.delayed_update(
+                self.amax_history[i], self.scale[i], fmt.max, margin=r.margin,
+                amax_compute_algo=r.amax_compute_algo, update=r.update, xp=TORCH))
         self.amax_history.copy_(torch.stack([h for h, _ in rows]))  # 3,L
         self.scale.copy_(torch.stack([s for _, s in rows]))  # 3
         self.pending = False

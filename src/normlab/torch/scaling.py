@@ -22,10 +22,10 @@ import numpy as np
 
 from normlab._validate import check_finite_real, check_int
 from normlab.precision import recipe_core as core
+from normlab.precision import scales
 from normlab.precision.formats import Format
 from normlab.precision.fp8_scaling import checked_meta_state
 from normlab.precision.recipes import DelayedScaling
-from normlab.precision.scales import delayed_update, record_amax
 from normlab.torch._import import torch
 from normlab.torch.formats import get_format
 from normlab.torch.namespace import TORCH
@@ -220,14 +220,14 @@ class Fp8Meta:
     def quantize(self, t: torch.Tensor) -> Fp8Tensor:
         """Quantise with the current scale and record amax(t) into history slot 0."""
         q = fp8_quantize(t, self.fmt, self.scale)
-        self.amax_history = record_amax(self.amax_history, q.amax.to(self.amax_history.device),
-                                        xp=TORCH)
+        amax = q.amax.to(self.amax_history.device)
+        self.amax_history = scales.record_amax(self.amax_history, amax, xp=TORCH)
         return q
 
     def update(self) -> None:
         """End of step: amax from the history, new scale and scale_inv, then roll."""
         r = self.recipe
-        self.amax_history, self.scale = delayed_update(
+        self.amax_history, self.scale = scales.delayed_update(
             self.amax_history, self.scale, self.fmt.max, margin=r.margin,
             amax_compute_algo=r.amax_compute_algo, update=r.update, xp=TORCH)
         self.scale_inv = _reciprocal(self.scale)
