@@ -175,5 +175,6 @@ def blockwise_quantize_parts(x: Any, fmt: Format, *, block: tuple[int, ...],
 
 def blockwise_dequantize_values(data: Any, scale_inv: Any, *, block: tuple[int, ...],
                                 xp: ArrayNamespace) -> Any:
-    """`data * scale_inv` per block in float32, x's shape."""
-    return data * blocks.spread(scale_inv, block, tuple(data.shape), xp=xp)
+    """`data * scale_inv` per block in float32, x's shape (inf beyond float32's range)."""
+    with xp.quiet():
+        return data * blocks.spread(scale_inv, block, tuple(data.shape), xp=xp)
