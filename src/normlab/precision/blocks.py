@@ -6,9 +6,10 @@ nR = ceil(R / r), nC = ceil(C / c).
 
 A block shape covers the trailing axes of x: `(c,)` blocks the last axis in runs of c,
 `(r, c)` the last two axes in r-by-c tiles. Lengths that are not a multiple of the block
-are padded with zeros (a zero changes no amax) and every result is cropped back to x's
-shape. Per-block values live on the *block grid*: `lead + (nR, nC)` for 2-D blocks,
-`lead + (nC,)` for 1-D blocks, `lead` being x's leading axes.
+are padded with zeros for the block statistics (a zero changes no amax); per-block values
+come back to x's shape by a gather, so every element-shaped result has x's shape exactly.
+Per-block values live on the *block grid*: `lead + (nR, nC)` for 2-D blocks, `lead + (nC,)`
+for 1-D blocks, `lead` being x's leading axes.
 
 Every function takes the arrays' namespace `xp` ([normlab.precision.namespace][]), so
 the NumPy recipes, their torch twins and the training layer tile alike; on NumPy,
@@ -31,7 +32,6 @@ __all__ = [
     "scale_blocks",
     "spread",
     "tile",
-    "untile",
 ]
 
 
@@ -98,24 +98,6 @@ def tile(x: Any, block: tuple[int, ...], *, xp: ArrayNamespace | None = None) ->
     return xp.reshape(a, (A, nR, r, nC, c))
 
 
-def untile(tiles: Any, shape: tuple[int, ...], block: tuple[int, ...], *,
-           xp: ArrayNamespace | None = None) -> Any:
-    """Tiles (A, nR, r, nC, c) back to an array of x's `shape` (the padding cropped)."""
-    xp = namespace_of(tiles) if xp is None else xp
-    A, R, C, r, c, nR, nC = _dims(tuple(shape), block)
-    a = xp.reshape(tiles, (A, nR * r, nC * c))
-    if (nR * r, nC * c) != (R, C):
-        a = a[:, :R, :C]
-    return xp.reshape(a, tuple(shape))
-
-
-def _on_tiles(grid: Any, shape: tuple[int, ...], block: tuple[int, ...],
-              xp: ArrayNamespace) -> Any:
-    """Grid values reshaped to (A, nR, 1, nC, 1), broadcastable against the tiles."""
-    A, _, _, _, _, nR, nC = _dims(tuple(shape), block)
-    return xp.reshape(grid, (A, nR, 1, nC, 1))
-
-
 def _block_amax_reference(x: Any, block: tuple[int, ...]) -> Any:
     return block_amax(x, block, xp=namespace_of(x), accelerate=False)
 
@@ -154,21 +136,14 @@ def block_amax(x: Any, block: tuple[int, ...], *, xp: ArrayNamespace | None = No
     return xp.reshape(xp.abs(m), grid_shape(tuple(x.shape), block))
 
 
-def scale_blocks(x: Any, grid: Any, block: tuple[int, ...], *,
-                 xp: ArrayNamespace | None = None) -> Any:
-    """`x * v` with each block's grid value `v`, one IEEE product per element, x's shape.
-
-    `grid` must have x's dtype, so the product is rounded once in that dtype.
-    """
-    xp = namespace_of(x) if xp is None else xp
-    shape = tuple(x.shape)
-    product = tile(x, block, xp=xp) * _on_tiles(grid, shape, block, xp)  # A,nR,r,nC,c
-    return untile(product, shape, block, xp=xp)
-
-
 def spread(grid: Any, block: tuple[int, ...], shape: tuple[int, ...], *,
            xp: ArrayNamespace | None = None) -> Any:
     """Each grid value repeated over its block: an array of x's `shape`.
+
+    A gather of the grid with the block index of every row and column
+    (`index // block`), so no padded intermediate is cropped: `torch.compile`'s CPU code
+    generator (torch 2.13) computes wrong addresses for a pointwise operation on a crop
+    of a reshaped broadcast, which this form never builds.
 
     Examples
     --------
@@ -176,6 +151,18 @@ def spread(grid: Any, block: tuple[int, ...], shape: tuple[int, ...], *,
     [1.0, 1.0, 2.0]
     """
     xp = namespace_of(grid) if xp is None else xp
-    A, _, _, r, c, nR, nC = _dims(tuple(shape), block)
-    full = xp.broadcast_to(_on_tiles(grid, shape, block, xp), (A, nR, r, nC, c))
-    return untile(full, tuple(shape), block, xp=xp)
+    out = grid
+    for k, b in enumerate(block):
+        ax = len(shape) - len(block) + k
+        out = xp.take(out, xp.arange(shape[ax], grid) // b, ax)
+    return out
+
+
+def scale_blocks(x: Any, grid: Any, block: tuple[int, ...], *,
+                 xp: ArrayNamespace | None = None) -> Any:
+    """`x * v` with each block's grid value `v`, one IEEE product per element, x's shape.
+
+    `grid` must have x's dtype, so the product is rounded once in that dtype.
+    """
+    xp = namespace_of(x) if xp is None else xp
+    return x * spread(grid, block, tuple(x.shape), xp=xp)

@@ -145,10 +145,6 @@ class ArrayNamespace:
         """`x` with another shape (a view where the layout allows)."""
         return np.reshape(x, tuple(shape))
 
-    def broadcast_to(self, x: Any, shape: Sequence[int]) -> Any:
-        """`x` broadcast to `shape` (a read-only view)."""
-        return np.broadcast_to(x, tuple(shape))
-
     def moveaxis(self, x: Any, source: int, destination: int) -> Any:
         """`x` with axis `source` moved to `destination` (a view)."""
         return np.moveaxis(x, source, destination)
@@ -166,6 +162,14 @@ class ArrayNamespace:
     def max(self, x: Any, axis: int | tuple[int, ...]) -> Any:
         """The maximum over `axis`; a NaN anywhere gives NaN."""
         return np.max(x, axis=axis)
+
+    def arange(self, n: int, like: Any) -> Any:
+        """The int64 indices 0, 1, ..., n - 1 (on `like`'s device)."""
+        return np.arange(n, dtype=np.int64)
+
+    def take(self, x: Any, indices: Any, axis: int) -> Any:
+        """`x`'s entries at `indices` along `axis` (a gather)."""
+        return np.take(x, indices, axis=axis)
 
     # --- engines ------------------------------------------------------------------------
     def quantize(self, x: Any, fmt: Any, *, saturate: bool, rounding: str = "nearest",

@@ -101,9 +101,6 @@ class TorchNamespace(ArrayNamespace):
     def reshape(self, x: Any, shape: Sequence[int]) -> Any:
         return x.reshape(tuple(shape))
 
-    def broadcast_to(self, x: Any, shape: Sequence[int]) -> Any:
-        return x.expand(tuple(shape))
-
     def moveaxis(self, x: Any, source: int, destination: int) -> Any:
         return x.movedim(source, destination)
 
@@ -120,6 +117,12 @@ class TorchNamespace(ArrayNamespace):
 
     def max(self, x: Any, axis: int | tuple[int, ...]) -> Any:
         return torch.amax(x, dim=axis)
+
+    def arange(self, n: int, like: Any) -> Any:
+        return torch.arange(n, dtype=torch.int64, device=like.device)
+
+    def take(self, x: Any, indices: Any, axis: int) -> Any:
+        return torch.index_select(x, axis, indices)
 
     def quantize(self, x: Any, fmt: Any, *, saturate: bool, rounding: str = "nearest",
                  seed: int | None = None, random_bits: Any = None) -> Any:
