@@ -50,7 +50,7 @@ class TorchNamespace(ArrayNamespace):
 
     def scalar(self, value: float, like: Any, dtype: str | None = None) -> Any:
         dt = like.dtype if dtype is None else self._DTYPES[dtype]
-        return torch.tensor(value, dtype=dt, device=like.device)
+        return torch.full((), value, dtype=dt, device=like.device)  # a fill, no host copy
 
     def full(self, shape: Sequence[int], value: float, like: Any,
              dtype: str | None = None) -> Any:
