@@ -81,29 +81,37 @@ def blockwise_quantize(
     power_of_2_scales: bool = False,
     amax_epsilon: float = 0.0,
 ) -> BlockwiseTensor:
-    """Quantise ``x`` to FP8 with one float32 scale per block (formulas in the header).
+    """Quantise `x` to FP8 with one float32 scale per block (formulas in the module header).
 
     Parameters
     ----------
-    x : float array with at least len(block_shape) axes
-    fmt : "e4m3" (default) or "e5m2", or any Format
-    block_shape : (r, c) tiles of the last two axes ((1, 128) activations and gradients,
-        (128, 128) weights) or (c,) runs of the last axis
-    power_of_2_scales : bool
-        Round each scale down to a power of two (exact rescaling).
-    amax_epsilon : float >= 0
-        Lower bound on each block's amax.
+    x : array_like
+        Float array with at least `len(block_shape)` axes (bfloat16 and float16 keep their
+        own overflow value, as TE).
+    fmt : Format or str, optional
+        `"e4m3"` (default) or `"e5m2"`, or any Format.
+    block_shape : tuple of int, optional
+        `(r, c)` tiles of the last two axes (`(1, 128)` activations and gradients,
+        `(128, 128)` weights) or `(c,)` runs of the last axis. Default `(1, 128)`.
+    power_of_2_scales : bool, optional
+        Round each scale down to a power of two (exact rescaling). Default False.
+    amax_epsilon : float, optional
+        Lower bound (>= 0) on each block's amax. Default 0.
 
     Returns
     -------
-    BlockwiseTensor
+    t : BlockwiseTensor
+        Data, scales and decode scales.
 
     Raises
     ------
-    TypeError / ValueError: non-float x, bad fmt, block shape, epsilon or flag.
+    TypeError
+        Non-float `x`, a non-bool flag.
+    ValueError
+        A bad format, block shape or epsilon.
 
-    Example
-    -------
+    Examples
+    --------
     >>> x = np.array([[3.0, 0.25], [-1.0, 0.0]], np.float32)  # one 2 x 2 block, amax 3
     >>> t = blockwise_quantize(x, block_shape=(2, 2), power_of_2_scales=True)
     >>> t.scales.tolist(), t.data.tolist()   # 448 / 3 = 149.3 -> 128 (power of two)

@@ -1,34 +1,60 @@
-"""NVFP4: E2M1 elements, E4M3 scales per block of 16, one float32 scale per tensor.
+r"""NVFP4: E2M1 elements, E4M3 scales per block of 16, one float32 scale per tensor.
 
 Dimension letters: N the blocked axis' length (1-D blocks), R, C the last two axes (2-D
 blocks); nB = ceil(N / 16) blocks, nR = ceil(R / 16), nC = ceil(C / 16).
 
 Contract (two-level scaling, all arithmetic in float32 as Transformer Engine's cast does;
-``transformer_engine/common/util`` NVFP4 cast, ``compute_global_encode_scaling_factor_FP4``
-and ``compute_decoding_scaling_factor``; recipe ``NVFP4BlockScaling``; NVIDIA,
-"Pretraining Large Language Models with NVFP4", 2025, sec. 2 and app. B):
+`transformer_engine/common/util` NVFP4 cast, `compute_global_encode_scaling_factor_FP4`
+and `compute_decoding_scaling_factor`; recipe `NVFP4BlockScaling`; NVIDIA, "Pretraining
+Large Language Models with NVFP4", 2025, sec. 2 and app. B), computed by
+[nvfp4_scales][normlab.precision.block_scales.nvfp4_scales] and
+[nvfp4_quantize_parts][normlab.precision.recipe_core.nvfp4_quantize_parts], shared with
+the torch twin and the training layer:
 
-- tensor encode scale ``S_enc = (448 * 6) / amax_t`` (amax_t = max |x|, or ``tensor_amax``);
-  ``min(S_enc, FLT_MAX)``; 1 when amax_t is 0, inf or NaN (TE: 0 and inf); ``S_dec =
-  float32(1 / S_enc)`` is the stored ``tensor_scale``;
-- block decode scale ``s_b = e4m3_sat(amax_b * float32(S_enc * float32(1/6)))`` (amax_b =
-  max |x| over the block, round to nearest, saturating to 448): ``block_scales``;
-- element encode scale ``e_b = min(float32(1 / float32(s_b * S_dec)), FLT_MAX)`` (FLT_MAX
-  for a zero block scale), elements ``q = e2m1_sat(x * e_b)`` (x * e_b in float32; in
-  float64 for float64 input), rounded to nearest even or stochastically;
-- ``dequantize() = q * s_b * S_dec`` (float32; q * s_b is exact).
+- tensor encode scale $S_{enc} = (448 \cdot 6) / \mathrm{amax}_t$ ($\mathrm{amax}_t$ =
+  max |x|, or `tensor_amax`), at most FLT_MAX, 1 when $\mathrm{amax}_t$ is 0, inf or NaN
+  (TE: 0 and inf); $S_{dec} = \mathrm{float32}(1 / S_{enc})$ is the stored `tensor_scale`;
+- block decode scale $s_b = \mathrm{e4m3\_sat}(\mathrm{amax}_b \cdot
+  \mathrm{float32}(S_{enc} \cdot \mathrm{float32}(1/6)))$ ($\mathrm{amax}_b$ = max |x|
+  over the block, round to nearest, saturating to 448): `block_scales`;
+- element encode scale $e_b = \min(\mathrm{float32}(1 / \mathrm{float32}(s_b S_{dec})),
+  \mathrm{FLT\_MAX})$ (FLT_MAX for a zero block scale), elements
+  $q = \mathrm{e2m1\_sat}(x \cdot e_b)$ ($x \cdot e_b$ in float32; in float64 for float64
+  input), rounded to nearest even or stochastically;
+- `dequantize()` $= (q \cdot s_b) \cdot S_{dec}$ (float32; $q \cdot s_b$ is exact).
 
-Blocks: ``block_shape=None`` gives 1 x 16 blocks along ``axis`` (activations, gradients);
-``(16, 16)`` gives 16 x 16 tiles of the last two axes (the paper's 2-D weight blocks, so
+Blocks: `block_shape=None` gives 1 x 16 blocks along `axis` (activations, gradients);
+`(16, 16)` gives 16 x 16 tiles of the last two axes (the paper's 2-D weight blocks, so
 the transposed weight quantises identically); scales are then one per tile. Lengths that
 are not multiples of the block are handled by zero padding of the statistics.
 
 Stochastic rounding (the paper's rule for gradients): the element quantisation of x's
-flattened C-order element i uses ``splitmix64(seed + i)`` (as :func:`quantize`), so a
-twin implementation reproduces it from the seed. NaN in a block makes its scale and
-elements NaN; an infinity saturates to +-6 with the scale at most 448.
-torchao's ``nvfp4_tensor.py`` differs on zero blocks only (it clamps block scales to
-E4M3's smallest normal).
+flattened C-order element i uses `splitmix64(seed + i)` (as
+[quantize][normlab.precision.quantize]), so a twin implementation reproduces it from the
+seed. NaN in a block makes its scale and elements NaN (other blocks are unaffected); an
+infinity saturates to $\pm 6$ with the scale at most 448.
+
+Differences from torchao's NVFP4 (`torchao.prototype.mx_formats.nvfp4_tensor`,
+`NVFP4Tensor.to_nvfp4(x, per_tensor_scale=per_tensor_amax_to_scale(amax))`), each
+checked with torchao 0.18.0 on torch 2.13 (CPU) against this function:
+
+- torchao clamps every block scale to at least E4M3's smallest normal $2^{-6}$: a tensor of
+  amax 2688 with a block of amax 0.03 gets block scales `[448, 0.015625, 0.015625]` there
+  (the all-zero third block too) and `[448, 0.005859375, 0]` here (E4M3 subnormals and 0);
+  the dequantised block differs (-0.03125 against -0.03515625 for -0.03).
+- torchao forms the block scale as $(\mathrm{amax}_b / 6) / p$ with its per-tensor scale
+  $p = \mathrm{amax}_t / 2688$, not TE's $\mathrm{amax}_b \cdot (S_{enc} \cdot (1/6))$, so
+  the float32 value that E4M3 rounds can sit on the other side of a tie: for
+  $\mathrm{amax}_t$ = 1535.953 and a block amax of 106.282455 torchao rounds 31.0 (a tie,
+  to even: 32) and normlab 30.999998 (to 30).
+- Its per-tensor decode scale is $\mathrm{float32}(\mathrm{amax}_t / 2688)$, not
+  $\mathrm{float32}(1 / \mathrm{float32}(2688 / \mathrm{amax}_t))$ (they differed in 568 of
+  2000 random 4 x 64 tensors), and it dequantises as $q \cdot (p \cdot s_b)$, not
+  $(q \cdot s_b) \cdot S_{dec}$: the dequantised values differed in 1789 of those 2000
+  tensors, also where both block scales agree.
+- A NaN or an infinity anywhere makes torchao's per-tensor scale NaN or inf and every
+  element of the tensor NaN; here only the NaN's block is NaN, and an infinity saturates
+  in its own block while the other blocks stay finite.
 """
 
 from __future__ import annotations
@@ -92,30 +118,43 @@ def nvfp4_quantize(
     seed: int | None = None,
     random_bits: np.ndarray | None = None,
 ) -> NVFP4Tensor:
-    """Quantise ``x`` to NVFP4 (two-level scaling; formulas in the module header).
+    """Quantise `x` to NVFP4 (two-level scaling; formulas in the module header).
 
     Parameters
     ----------
-    x : float array, at least 1-D (2-D for ``block_shape=(16, 16)``)
-    axis : int
-        The blocked axis of 1-D blocks (must stay -1 with 2-D blocks).
-    block_shape : None (1 x 16 along ``axis``) or a 2-tuple such as (16, 16)
-    rounding : "nearest" or "stochastic" (the elements; scales are always nearest)
-    rng, seed, random_bits : randomness for "stochastic", exactly one (see :func:`quantize`)
-    tensor_amax : float >= 0, optional
-        The per-tensor amax to use instead of max |x| (e.g. an amax all-reduced over ranks).
+    x : array_like
+        Float array, at least 1-D (2-D for `block_shape=(16, 16)`).
+    axis : int, optional
+        The blocked axis of 1-D blocks (must stay -1 with 2-D blocks). Default -1.
+    block_shape : tuple of int or None, optional
+        None (1 x 16 along `axis`) or a 2-tuple such as (16, 16) of the last two axes.
+    rounding : {"nearest", "stochastic"}, optional
+        How the elements round (scales are always nearest). Default `"nearest"`.
+    rng : numpy.random.Generator, optional
+        Stochastic rounding: draws the seed (see [quantize][normlab.precision.quantize]).
+    tensor_amax : float, optional
+        The per-tensor amax (>= 0) to use instead of max |x| (e.g. one all-reduced over
+        ranks).
+    seed : int, optional
+        Stochastic rounding: element i of x's C order takes the word of `seed + i`.
+    random_bits : numpy.ndarray, optional
+        Stochastic rounding: uint64 words of x's shape. Exactly one of `rng`, `seed`,
+        `random_bits` for stochastic rounding.
 
     Returns
     -------
-    NVFP4Tensor
+    t : NVFP4Tensor
+        Elements, block scales and the tensor scale.
 
     Raises
     ------
-    TypeError / ValueError: non-float x, bad axis, block shape, rounding, tensor_amax or
-    randomness.
+    TypeError
+        Non-float `x`, a non-int axis, bad randomness types.
+    ValueError
+        A bad axis, block shape, rounding, `tensor_amax` or randomness.
 
-    Example
-    -------
+    Examples
+    --------
     >>> x = np.arange(16, dtype=np.float32) / 2  # amax 7.5: S_enc = 2688 / 7.5 = 358.4
     >>> t = nvfp4_quantize(x)   # block scale e4m3(7.5 / 6 * 358.4) = 448; e_b = 0.8
     >>> t.block_scales.tolist(), t.elements[:8].tolist()  # x * 0.8 on the E2M1 grid
