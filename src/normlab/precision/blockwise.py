@@ -37,23 +37,24 @@ from normlab._validate import as_float_array, check_finite_real
 from normlab.precision import recipe_core as core
 from normlab.precision.blocks import check_block_shape
 from normlab.precision.formats import Format, get_format
-from normlab.precision.namespace import NUMPY
+from normlab.precision.namespace import NUMPY, ArrayNamespace, namespace_of
 
 __all__ = ["BlockwiseTensor", "blockwise_quantize"]
 
 
 @dataclass(frozen=True)
 class BlockwiseTensor:
-    """A blockwise-scaled FP8 array.
+    """A blockwise-scaled FP8 array: NumPy arrays here, tensors on the input's device from
+    the torch twin.
 
     Attributes
     ----------
-    data : numpy.ndarray
+    data : numpy.ndarray or torch.Tensor
         float32, x's shape, values of `fmt`.
-    scales : numpy.ndarray
+    scales : numpy.ndarray or torch.Tensor
         float32 encode scales, x's shape with the blocked axes replaced by (nR, nC) (or
         nC).
-    scale_inv : numpy.ndarray
+    scale_inv : numpy.ndarray or torch.Tensor
         float32 decode scales `float32(1 / scales)`, the shape of `scales`.
     fmt : Format
         The FP8 format.
@@ -61,16 +62,17 @@ class BlockwiseTensor:
         The block shape.
     """
 
-    data: np.ndarray
-    scales: np.ndarray
-    scale_inv: np.ndarray
+    data: Any
+    scales: Any
+    scale_inv: Any
     fmt: Format
     block_shape: tuple[int, ...]
 
-    def dequantize(self) -> np.ndarray:
+    def dequantize(self) -> Any:
         """`data * scale_inv` (per block) in float32, x's shape."""
         return core.blockwise_dequantize_values(self.data, self.scale_inv,
-                                                block=self.block_shape, xp=NUMPY)
+                                                block=self.block_shape,
+                                                xp=namespace_of(self.data))
 
 
 def blockwise_quantize(
@@ -118,13 +120,21 @@ def blockwise_quantize(
     ([[128.0]], [[384.0, 32.0], [-128.0, 0.0]])
     """
     arr = as_float_array(x, "x", min_ndim=1)
-    f = get_format(fmt)
-    block = check_block_shape(block_shape, arr.ndim)
+    return blockwise_tensor(arr, get_format(fmt), block_shape, power_of_2_scales, amax_epsilon,
+                            xp=NUMPY)
+
+
+def blockwise_tensor(x: Any, fmt: Format, block_shape: Any, power_of_2_scales: Any,
+                     amax_epsilon: Any, *, xp: ArrayNamespace) -> BlockwiseTensor:
+    """[blockwise_quantize][normlab.precision.blockwise_quantize] of an array of `xp` (a
+    NumPy array or a tensor) whose type the caller checked: the remaining checks, then the
+    shared steps."""
+    block = check_block_shape(block_shape, len(x.shape))
     eps = check_finite_real(amax_epsilon, "amax_epsilon")
     if eps < 0:
         raise ValueError(f"amax_epsilon must be >= 0; got {amax_epsilon!r}")
     if not isinstance(power_of_2_scales, (bool, np.bool_)):
         raise TypeError(f"power_of_2_scales must be a bool; got {power_of_2_scales!r}")
     data, scales, inv = core.blockwise_quantize_parts(
-        arr, f, block=block, epsilon=eps, power_of_2_scales=bool(power_of_2_scales), xp=NUMPY)
-    return BlockwiseTensor(data, scales, inv, f, block)
+        x, fmt, block=block, epsilon=eps, power_of_2_scales=bool(power_of_2_scales), xp=xp)
+    return BlockwiseTensor(data, scales, inv, fmt, block)

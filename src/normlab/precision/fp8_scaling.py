@@ -37,7 +37,7 @@ from normlab._validate import as_float_array, check_finite_real, check_int
 from normlab.precision import recipe_core as core
 from normlab.precision import scales
 from normlab.precision.formats import Format, get_format
-from normlab.precision.namespace import NUMPY
+from normlab.precision.namespace import NUMPY, ArrayNamespace, namespace_of
 from normlab.precision.recipes import DelayedScaling
 
 __all__ = [
@@ -95,30 +95,34 @@ def compute_scale(amax: float, fp8_max: float, margin: int = 0, previous: float 
 class Fp8Tensor:
     """An FP8 tensor: `data * scale_inv` approximates the input.
 
+    The result of [fp8_quantize][normlab.precision.fp8_quantize] and its torch twin: NumPy
+    arrays and floats here, tensors on the input's device (0-d for the scalars) there.
+
     Attributes
     ----------
-    data : numpy.ndarray
+    data : numpy.ndarray or torch.Tensor
         float32 values of `fmt`, the input's shape.
-    scale : float
+    scale : float or torch.Tensor
         The float32 scale `data` was formed with.
-    scale_inv : float
+    scale_inv : float or torch.Tensor
         `float32(1 / scale)`.
     fmt : Format
         E4M3 or E5M2 (or any format).
-    amax : float
-        max |x| of the input (NaN if it held one).
+    amax : float or torch.Tensor
+        max |x| of the input (NaN if it held one; float64).
     """
 
-    data: np.ndarray
-    scale: float
-    scale_inv: float
+    data: Any
+    scale: Any
+    scale_inv: Any
     fmt: Format
-    amax: float
+    amax: Any
 
-    def dequantize(self) -> np.ndarray:
+    def dequantize(self) -> Any:
         """`data * scale_inv` in float32 (a product beyond float32's range is inf)."""
-        with np.errstate(over="ignore"):
-            return self.data * np.float32(self.scale_inv)
+        xp = namespace_of(self.data)
+        with xp.quiet():
+            return self.data * xp.astype(self.scale_inv, "float32")
 
 
 def fp8_quantize(x: Any, fmt: Format | str, scale: float) -> Fp8Tensor:
@@ -127,16 +131,16 @@ def fp8_quantize(x: Any, fmt: Format | str, scale: float) -> Fp8Tensor:
     Parameters
     ----------
     x : array_like
-        Float input.
+        The values to quantise (any float dtype).
     fmt : Format or str
-        The FP8 format.
+        E4M3, E5M2 or any format.
     scale : float
-        A finite float32 > 0.
+        The encode scale: a finite float32 > 0.
 
     Returns
     -------
     t : Fp8Tensor
-        The data, scales and amax.
+        `data`, `scale`, `scale_inv` and the input's amax.
 
     Raises
     ------
@@ -208,15 +212,22 @@ def quantize_current_scaling(x: Any, fmt: Format | str = "e4m3", *, margin: int 
     """
     arr = as_float_array(x, "x")
     f = get_format(fmt)
+    return _fp8_tensor(arr, f, current_scale_of(arr, f, margin, amax_epsilon, power_of_2_scales,
+                                                xp=NUMPY))
+
+
+def current_scale_of(x: Any, fmt: Format, margin: Any, amax_epsilon: Any,
+                     power_of_2_scales: Any, *, xp: ArrayNamespace) -> Any:
+    """The checks of [quantize_current_scaling][normlab.precision.quantize_current_scaling],
+    shared with its torch twin, then the current scale of `x` (an array of `xp`)."""
     m = check_int(margin, "margin")
     eps = check_finite_real(amax_epsilon, "amax_epsilon")
     if eps < 0:
         raise ValueError(f"amax_epsilon must be >= 0; got {amax_epsilon!r}")
     if not isinstance(power_of_2_scales, (bool, np.bool_)):
         raise TypeError(f"power_of_2_scales must be a bool; got {power_of_2_scales!r}")
-    scale = core.current_scale(arr, f, margin=m, epsilon=eps,
-                               power_of_2_scales=bool(power_of_2_scales), xp=NUMPY)
-    return _fp8_tensor(arr, f, scale)
+    return core.current_scale(x, fmt, margin=m, epsilon=eps,
+                              power_of_2_scales=bool(power_of_2_scales), xp=xp)
 
 
 @dataclass

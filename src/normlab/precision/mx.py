@@ -61,35 +61,33 @@ from normlab._validate import as_float_array, check_int
 from normlab.precision import recipe_core as core
 from normlab.precision.codes import encode
 from normlab.precision.formats import Format
-from normlab.precision.namespace import NUMPY
+from normlab.precision.namespace import NUMPY, ArrayNamespace, namespace_of
 from normlab.precision.recipes import MXINT8, mx_element_format, mx_scale_rule
 
 __all__ = ["MXINT8", "MXTensor", "e8m0_scales", "mx_dequantize", "mx_quantize"]
 
 
-def e8m0_scales(codes: np.ndarray) -> np.ndarray:
-    """E8M0 codes (uint8) -> float32 scales $2^{code - 127}$; code 255 -> NaN.
+def e8m0_scales(codes: Any) -> Any:
+    """E8M0 codes -> float32 scales $2^{code - 127}$; code 255 -> NaN (arrays or tensors).
 
     Examples
     --------
     >>> e8m0_scales(np.array([127, 128, 255], np.uint8)).tolist()
     [1.0, 2.0, nan]
     """
-    c = np.asarray(codes).astype(np.int64)
-    out = np.ldexp(np.ones(c.shape, np.float64), c - 127)
-    out[c == 255] = np.nan
-    return out.astype(np.float32)
+    return core.e8m0_values(codes, xp=namespace_of(codes))
 
 
 @dataclass(frozen=True)
 class MXTensor:
-    """An MX-quantised array.
+    """The result of [mx_quantize][normlab.precision.mx_quantize] (NumPy arrays) and of
+    its torch twin (tensors on the input's device).
 
     Attributes
     ----------
-    elements : numpy.ndarray
+    elements : numpy.ndarray or torch.Tensor
         float32, x's shape, values of `elem_format` (NaN in NaN blocks).
-    scale_codes : numpy.ndarray
+    scale_codes : numpy.ndarray or torch.Tensor
         uint8 E8M0 codes, x's shape with the axis length replaced by B.
     elem_format : Format
         The element format.
@@ -99,27 +97,35 @@ class MXTensor:
         The blocked axis (non-negative).
     """
 
-    elements: np.ndarray
-    scale_codes: np.ndarray
+    elements: Any
+    scale_codes: Any
     elem_format: Format
     block_size: int
     axis: int
 
     @property
-    def scales(self) -> np.ndarray:
+    def scales(self) -> Any:
         """The shared scales $2^{code - 127}$ as float32 (NaN for code 255)."""
         return e8m0_scales(self.scale_codes)
 
-    def dequantize(self) -> np.ndarray:
+    def dequantize(self) -> Any:
         r"""$X \cdot P_i$ in float32 (see [mx_dequantize][normlab.precision.mx_dequantize])."""
         return mx_dequantize(self)
 
     def element_codes(self) -> np.ndarray:
-        """The elements' bit codes in `elem_format` (unsigned ints, x's shape).
+        """The elements' bit codes in `elem_format` (unsigned ints, x's shape; NumPy only).
 
         Elements of a NaN block are stored as code 0: the scale code 255 already makes the
         whole block NaN, and fp6/fp4 have no NaN code.
+
+        Raises
+        ------
+        TypeError
+            If the elements are not a NumPy array (convert a tensor's first).
         """
+        if not isinstance(self.elements, np.ndarray):
+            raise TypeError("element_codes() needs NumPy elements; got "
+                            f"{type(self.elements).__name__} (convert them first)")
         vals = np.where(np.isnan(self.elements), np.float32(0.0), self.elements)
         if self.elem_format == MXINT8:  # two's complement int8 k (the value is k / 64)
             return np.rint(vals * 64).astype(np.int8)
@@ -178,25 +184,31 @@ def mx_quantize(
     ([128], [96, -3, 48, 1])
     """
     arr = as_float_array(x, "x", min_ndim=1)
-    fmt = mx_element_format(elem_format)
+    return mx_tensor(arr, mx_element_format(elem_format), block_size, axis, scale_rule, pad,
+                     xp=NUMPY)
+
+
+def mx_tensor(x: Any, fmt: Format, block_size: Any, axis: Any, scale_rule: Any, pad: Any, *,
+              xp: ArrayNamespace) -> MXTensor:
+    """[mx_quantize][normlab.precision.mx_quantize] of an array of `xp` (a NumPy array or a
+    tensor) whose type the caller checked: the remaining checks, then the shared steps."""
     k = check_int(block_size, "block_size", minimum=1)
     ax = check_int(axis, "axis")
-    if not -arr.ndim <= ax < arr.ndim:
-        raise ValueError(f"axis must be in [-{arr.ndim}, {arr.ndim}); got {axis}")
-    ax %= arr.ndim
+    ndim = len(x.shape)
+    if not -ndim <= ax < ndim:
+        raise ValueError(f"axis must be in [-{ndim}, {ndim}); got {axis}")
+    ax %= ndim
     rule = mx_scale_rule(scale_rule)
-    n = arr.shape[ax]
+    n = x.shape[ax]
     if n % k and not pad:
-        raise ValueError(
-            f"x.shape[{ax}] = {n} is not a multiple of block_size = {k}; "
-            "pass pad=True to zero-pad the last block"
-        )
-    elems, codes = core.mx_quantize_parts(arr, fmt, block_size=k, axis=ax, rule=rule, xp=NUMPY)
-    return MXTensor(elements=elems, scale_codes=codes.astype(np.uint8), elem_format=fmt,
+        raise ValueError(f"x.shape[{ax}] = {n} is not a multiple of block_size = {k}; "
+                         "pass pad=True to zero-pad the last block")
+    elems, codes = core.mx_quantize_parts(x, fmt, block_size=k, axis=ax, rule=rule, xp=xp)
+    return MXTensor(elements=elems, scale_codes=xp.astype(codes, "uint8"), elem_format=fmt,
                     block_size=k, axis=ax)
 
 
-def mx_dequantize(t: MXTensor) -> np.ndarray:
+def mx_dequantize(t: MXTensor) -> Any:
     r"""$X \cdot P_i$ in float32: each scale repeated over its block (NaN scale -> NaN block).
 
     Products beyond float32's range become inf (only possible for scales near $2^{127}$).
@@ -208,7 +220,7 @@ def mx_dequantize(t: MXTensor) -> np.ndarray:
 
     Returns
     -------
-    out : numpy.ndarray
+    out : numpy.ndarray or torch.Tensor
         float32, the elements' shape.
 
     Raises
@@ -219,4 +231,4 @@ def mx_dequantize(t: MXTensor) -> np.ndarray:
     if not isinstance(t, MXTensor):
         raise TypeError(f"t must be an MXTensor; got {type(t).__name__}")
     return core.mx_dequantize_values(t.elements, t.scale_codes, block_size=t.block_size,
-                                     axis=t.axis, xp=NUMPY)
+                                     axis=t.axis, xp=namespace_of(t.elements))

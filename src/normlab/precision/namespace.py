@@ -41,22 +41,27 @@ F32_MAX = float(np.finfo(np.float32).max)
 class ArrayNamespace:
     """The operations recipe arithmetic uses beyond Python operators (NumPy arrays here).
 
-    Dtypes are named by strings: `"float32"`, `"float64"`, `"int32"`, `"int64"`, `"bool"`.
-    A subclass for another array library overrides every method (see
-    `normlab.torch.namespace`).
+    Dtypes are named by strings: `"float32"`, `"float64"`, `"int32"`, `"int64"`, `"uint8"`,
+    `"bool"`.
+    Elementwise functions, shapes, reductions and bit views call the array library `lib`,
+    whose names NumPy and torch share; a subclass for another library sets `lib` and
+    overrides the methods whose spelling differs (see `normlab.torch.namespace`).
 
     Attributes
     ----------
     name : str
         `"numpy"` here.
+    lib : module
+        The array library (`numpy` here).
     """
 
     name = "numpy"
+    lib: Any = np
     _DTYPES: ClassVar[dict[str, Any]] = {
         "float32": np.float32, "float64": np.float64, "int32": np.int32, "int64": np.int64,
-        "bool": np.bool_}
+        "uint8": np.uint8, "bool": np.bool_}
 
-    # --- dtypes and constants ---------------------------------------------------------
+    # --- dtypes and constants (spelled per library) -------------------------------------
     def astype(self, x: Any, dtype: str) -> Any:
         """`x` cast to `dtype` (round to nearest even when narrowing)."""
         return np.asarray(x).astype(self._DTYPES[dtype])
@@ -83,6 +88,10 @@ class ArrayNamespace:
         dt = np.asarray(like).dtype if dtype is None else self._DTYPES[dtype]
         return np.full(tuple(shape), value, dtype=dt)
 
+    def arange(self, n: int, like: Any) -> Any:
+        """The int64 indices 0, 1, ..., n - 1 (on `like`'s device)."""
+        return np.arange(n, dtype=np.int64)
+
     def input_max(self, x: Any) -> float:
         """The largest finite value of `x`'s dtype for 16-bit floats, else float32's."""
         dt = np.asarray(x).dtype
@@ -94,64 +103,9 @@ class ArrayNamespace:
         """Whether `x` holds float64 (a dtype fact, known before any value is read)."""
         return bool(np.asarray(x).dtype == np.float64)
 
-    # --- bit views ----------------------------------------------------------------------
-    def bits32(self, x: Any) -> Any:
-        """The bits of float32 `x` as int32."""
-        return np.asarray(x, np.float32).view(np.int32)
-
-    def from_bits32(self, b: Any) -> Any:
-        """float32 values from int32 bits."""
-        return np.asarray(b, np.int32).view(np.float32)
-
-    def bits64(self, x: Any) -> Any:
-        """The bits of float64 `x` as int64."""
-        return np.asarray(x, np.float64).view(np.int64)
-
-    def from_bits64(self, b: Any) -> Any:
-        """float64 values from int64 bits."""
-        return np.asarray(b, np.int64).view(np.float64)
-
-    # --- elementwise ----------------------------------------------------------------------
-    def where(self, cond: Any, a: Any, b: Any) -> Any:
-        """`a` where `cond`, else `b` (arrays of one dtype)."""
-        return np.where(cond, a, b)
-
-    def isnan(self, x: Any) -> Any:
-        """Elementwise NaN test."""
-        return np.isnan(x)
-
-    def isinf(self, x: Any) -> Any:
-        """Elementwise infinity test."""
-        return np.isinf(x)
-
-    def isfinite(self, x: Any) -> Any:
-        """Elementwise finiteness test."""
-        return np.isfinite(x)
-
-    def abs(self, x: Any) -> Any:
-        """Elementwise magnitude."""
-        return np.abs(x)
-
-    def maximum(self, a: Any, b: Any) -> Any:
-        """Elementwise maximum; a NaN in either argument gives NaN."""
-        return np.maximum(a, b)
-
-    def minimum(self, a: Any, b: Any) -> Any:
-        """Elementwise minimum; a NaN in either argument gives NaN."""
-        return np.minimum(a, b)
-
-    # --- shapes -------------------------------------------------------------------------
-    def reshape(self, x: Any, shape: Sequence[int]) -> Any:
-        """`x` with another shape (a view where the layout allows)."""
-        return np.reshape(x, tuple(shape))
-
-    def moveaxis(self, x: Any, source: int, destination: int) -> Any:
-        """`x` with axis `source` moved to `destination` (a view)."""
-        return np.moveaxis(x, source, destination)
-
-    def concat(self, arrays: Sequence[Any], axis: int) -> Any:
-        """The arrays joined along `axis`."""
-        return np.concatenate(list(arrays), axis=axis)
+    def take(self, x: Any, indices: Any, axis: int) -> Any:
+        """`x`'s entries at `indices` along `axis` (a gather)."""
+        return np.take(x, indices, axis=axis)
 
     def pad_end(self, x: Any, widths: Sequence[int]) -> Any:
         """`x` with `widths[i]` zeros appended to axis `i` (`x` itself when all are 0)."""
@@ -159,17 +113,66 @@ class ArrayNamespace:
             return x
         return np.pad(x, [(0, int(w)) for w in widths])
 
+    # --- the same spelling in NumPy and torch -------------------------------------------
+    def bits32(self, x: Any) -> Any:
+        """The bits of float32 `x` as int32."""
+        return self.astype(x, "float32").view(self._DTYPES["int32"])
+
+    def from_bits32(self, b: Any) -> Any:
+        """float32 values from int32 bits."""
+        return self.astype(b, "int32").view(self._DTYPES["float32"])
+
+    def bits64(self, x: Any) -> Any:
+        """The bits of float64 `x` as int64."""
+        return self.astype(x, "float64").view(self._DTYPES["int64"])
+
+    def from_bits64(self, b: Any) -> Any:
+        """float64 values from int64 bits."""
+        return self.astype(b, "int64").view(self._DTYPES["float64"])
+
+    def where(self, cond: Any, a: Any, b: Any) -> Any:
+        """`a` where `cond`, else `b` (arrays of one dtype)."""
+        return self.lib.where(cond, a, b)
+
+    def isnan(self, x: Any) -> Any:
+        """Elementwise NaN test."""
+        return self.lib.isnan(x)
+
+    def isinf(self, x: Any) -> Any:
+        """Elementwise infinity test."""
+        return self.lib.isinf(x)
+
+    def isfinite(self, x: Any) -> Any:
+        """Elementwise finiteness test."""
+        return self.lib.isfinite(x)
+
+    def abs(self, x: Any) -> Any:
+        """Elementwise magnitude."""
+        return self.lib.abs(x)
+
+    def maximum(self, a: Any, b: Any) -> Any:
+        """Elementwise maximum; a NaN in either argument gives NaN."""
+        return self.lib.maximum(a, b)
+
+    def minimum(self, a: Any, b: Any) -> Any:
+        """Elementwise minimum; a NaN in either argument gives NaN."""
+        return self.lib.minimum(a, b)
+
+    def reshape(self, x: Any, shape: Sequence[int]) -> Any:
+        """`x` with another shape (a view where the layout allows)."""
+        return x.reshape(tuple(shape))
+
+    def moveaxis(self, x: Any, source: int, destination: int) -> Any:
+        """`x` with axis `source` moved to `destination` (a view)."""
+        return self.lib.moveaxis(x, source, destination)
+
+    def concat(self, arrays: Sequence[Any], axis: int) -> Any:
+        """The arrays joined along `axis`."""
+        return self.lib.concatenate(list(arrays), axis=axis)
+
     def max(self, x: Any, axis: int | tuple[int, ...]) -> Any:
         """The maximum over `axis`; a NaN anywhere gives NaN."""
-        return np.max(x, axis=axis)
-
-    def arange(self, n: int, like: Any) -> Any:
-        """The int64 indices 0, 1, ..., n - 1 (on `like`'s device)."""
-        return np.arange(n, dtype=np.int64)
-
-    def take(self, x: Any, indices: Any, axis: int) -> Any:
-        """`x`'s entries at `indices` along `axis` (a gather)."""
-        return np.take(x, indices, axis=axis)
+        return self.lib.amax(x, axis)
 
     # --- engines ------------------------------------------------------------------------
     def quantize(self, x: Any, fmt: Any, *, saturate: bool, rounding: str = "nearest",

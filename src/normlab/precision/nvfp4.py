@@ -67,7 +67,7 @@ import numpy as np
 from normlab._validate import as_float_array, check_finite_real, check_int
 from normlab.precision import recipe_core as core
 from normlab.precision.blocks import check_block_shape
-from normlab.precision.namespace import NUMPY
+from normlab.precision.namespace import NUMPY, namespace_of
 from normlab.precision.random_bits import stochastic_source
 
 __all__ = ["NVFP4Tensor", "nvfp4_quantize"]
@@ -77,34 +77,36 @@ _MODES = ("nearest", "stochastic")
 
 @dataclass(frozen=True)
 class NVFP4Tensor:
-    """An NVFP4-quantised array.
+    """An NVFP4 array: two levels of scales and E2M1 elements, from
+    [nvfp4_quantize][normlab.precision.nvfp4_quantize] or its torch twin (then tensors).
 
     Attributes
     ----------
-    elements : numpy.ndarray
+    elements : numpy.ndarray or torch.Tensor
         float32, x's shape, values of E2M1 (NaN in NaN blocks).
-    block_scales : numpy.ndarray
+    block_scales : numpy.ndarray or torch.Tensor
         float32 values of E4M3; x's shape with the blocked axis length replaced by nB
         (1-D blocks), or the last two by (nR, nC) (2-D blocks).
-    tensor_scale : float
-        The per-tensor decode scale $S_{dec}$ (a float32 value).
+    tensor_scale : float or torch.Tensor
+        The per-tensor decode scale $S_{dec}$ (a float32 value; 0-d for tensors).
     block_shape : tuple of int
         `(16,)` or the 2-D block shape.
     axis : int
         The blocked axis of 1-D blocks (non-negative; the last axis for 2-D blocks).
     """
 
-    elements: np.ndarray
-    block_scales: np.ndarray
-    tensor_scale: float
+    elements: Any
+    block_scales: Any
+    tensor_scale: Any
     block_shape: tuple[int, ...]
     axis: int
 
-    def dequantize(self) -> np.ndarray:
+    def dequantize(self) -> Any:
         """`elements * block_scale * tensor_scale` in float32, x's shape."""
-        return core.nvfp4_dequantize_values(self.elements, self.block_scales,
-                                            np.float32(self.tensor_scale),
-                                            block=self.block_shape, axis=self.axis, xp=NUMPY)
+        xp = namespace_of(self.elements)
+        s_dec = xp.astype(self.tensor_scale, "float32")
+        return core.nvfp4_dequantize_values(self.elements, self.block_scales, s_dec,
+                                            block=self.block_shape, axis=self.axis, xp=xp)
 
 
 def nvfp4_quantize(
@@ -163,14 +165,27 @@ def nvfp4_quantize(
     7.5
     """
     arr = as_float_array(x, "x", min_ndim=1)
+    ax, block, amax_t = check_nvfp4_args(arr.ndim, axis, block_shape, rounding, tensor_amax)
+    seed_, words = stochastic_source(rounding == "stochastic", rng, seed, random_bits,
+                                     arr.shape)
+    elems, scales, s_dec = core.nvfp4_quantize_parts(
+        arr, block=block, axis=ax, amax_tensor=None if amax_t is None else np.float64(amax_t),
+        rounding=rounding, seed=seed_, random_bits=words, xp=NUMPY)
+    return NVFP4Tensor(elems, scales, float(s_dec), block, ax)
+
+
+def check_nvfp4_args(ndim: int, axis: Any, block_shape: Any, rounding: Any,
+                     tensor_amax: Any) -> tuple[int, tuple[int, ...], float | None]:
+    """The checks of [nvfp4_quantize][normlab.precision.nvfp4_quantize] shared with its
+    torch twin: (axis in [0, ndim), block shape, tensor amax >= 0 or None)."""
     ax = check_int(axis, "axis")
-    if not -arr.ndim <= ax < arr.ndim:
-        raise ValueError(f"axis must be in [-{arr.ndim}, {arr.ndim}); got {axis}")
+    if not -ndim <= ax < ndim:
+        raise ValueError(f"axis must be in [-{ndim}, {ndim}); got {axis}")
     if block_shape is None:
         block: tuple[int, ...] = (16,)
     else:
-        block = check_block_shape(block_shape, arr.ndim)
-        if len(block) != 2 or ax % arr.ndim != arr.ndim - 1:
+        block = check_block_shape(block_shape, ndim)
+        if len(block) != 2 or ax % ndim != ndim - 1:
             raise ValueError("block_shape must be None (1 x 16 blocks along axis) or a 2-tuple "
                              f"of the last two axes with axis=-1; got block_shape="
                              f"{block_shape!r}, axis={axis}")
@@ -179,10 +194,4 @@ def nvfp4_quantize(
     amax_t = None if tensor_amax is None else check_finite_real(tensor_amax, "tensor_amax")
     if amax_t is not None and amax_t < 0:
         raise ValueError(f"tensor_amax must be >= 0; got {tensor_amax!r}")
-    seed_, words = stochastic_source(rounding == "stochastic", rng, seed, random_bits,
-                                     arr.shape)
-    elems, scales, s_dec = core.nvfp4_quantize_parts(
-        arr, block=block, axis=ax % arr.ndim,
-        amax_tensor=None if amax_t is None else np.float64(amax_t), rounding=rounding,
-        seed=seed_, random_bits=words, xp=NUMPY)
-    return NVFP4Tensor(elems, scales, float(s_dec), block, ax % arr.ndim)
+    return ax % ndim, block, amax_t

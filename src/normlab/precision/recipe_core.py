@@ -28,6 +28,7 @@ __all__ = [
     "blockwise_dequantize_values",
     "blockwise_quantize_parts",
     "current_scale",
+    "e8m0_values",
     "mx_dequantize_values",
     "mx_quantize_parts",
     "nvfp4_dequantize_values",
@@ -95,6 +96,14 @@ def mx_quantize_parts(x: Any, fmt: Format, *, block_size: int, axis: int, rule: 
         nan_block = blocks.spread(bad, block, tuple(moved.shape), xp=xp)
         elems = xp.where(nan_block, xp.scalar(float("nan"), elems), elems)
         return xp.moveaxis(elems, -1, axis), xp.moveaxis(codes, -1, axis)
+
+
+def e8m0_values(codes: Any, *, xp: ArrayNamespace) -> Any:
+    """E8M0 codes -> float32 $2^{code - 127}$ (code 255: NaN; code 0: $2^{-127}$ exactly)."""
+    with xp.quiet():
+        c = xp.astype(codes, "int64")
+        out = xp.astype(_pow2(c - 127, xp), "float32")
+        return xp.where(c == MX_NAN_CODE, xp.scalar(float("nan"), out), out)
 
 
 def mx_dequantize_values(elements: Any, codes: Any, *, block_size: int, axis: int,

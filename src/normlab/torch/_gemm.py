@@ -18,14 +18,7 @@ from typing import Any
 
 import torch
 
-from normlab.precision.recipes import (
-    Bf16Recipe,
-    BlockwiseFp8Recipe,
-    Fp8CurrentRecipe,
-    Fp8DelayedRecipe,
-    MXRecipe,
-    NVFP4Recipe,
-)
+from normlab.precision import recipes
 from normlab.torch import _operands as ops
 from normlab.torch._stochastic import splitmix64_int
 
@@ -39,7 +32,7 @@ __all__ = [
 ]
 
 ROLES = ("x", "w", "dy")  # index of each operand in the delayed-scaling state
-_PER_TENSOR = (Bf16Recipe, Fp8DelayedRecipe, Fp8CurrentRecipe)
+_PER_TENSOR = (recipes.Bf16Recipe, recipes.Fp8DelayedRecipe, recipes.Fp8CurrentRecipe)
 
 
 def stream_seed(stream: int, counter: int, which: int) -> int:
@@ -58,17 +51,17 @@ def quantize_operand(layer: Any, t: torch.Tensor, role: str, axis: int,
     """
     r = layer.recipe
     grad_role = "backward" if role == "dy" else "forward"
-    if isinstance(r, Bf16Recipe):
+    if isinstance(r, recipes.Bf16Recipe):
         return ops.round_elements(t, r.format_for(grad_role), saturate=False)
-    if isinstance(r, Fp8DelayedRecipe):
+    if isinstance(r, recipes.Fp8DelayedRecipe):
         return layer.delayed_quantize(t, ROLES.index(role))
-    if isinstance(r, Fp8CurrentRecipe):
+    if isinstance(r, recipes.Fp8CurrentRecipe):
         return layer.current_quantize(t, ROLES.index(role))
-    if isinstance(r, MXRecipe):
+    if isinstance(r, recipes.MXRecipe):
         return ops.mx_blocks(t, r.format_for(grad_role), axis, r.block_size, r.scale_rule)
-    if isinstance(r, NVFP4Recipe):
+    if isinstance(r, recipes.NVFP4Recipe):
         return ops.nvfp4(t, axis, two_d=(role == "w" and r.two_d_weights), seed=seed)
-    if isinstance(r, BlockwiseFp8Recipe):
+    if isinstance(r, recipes.BlockwiseFp8Recipe):
         k = r.block_size
         block = (k, k) if role == "w" else (1, k)
         return ops.block_scaled(t, r.format_for(grad_role), axis, block,
@@ -126,12 +119,12 @@ def backward_operands(layer: Any, dy: torch.Tensor, a: torch.Tensor, b: torch.Te
         return qdy, b, qdy, a
     r, x, w = layer.recipe, a, b
     seeds: list[int | None] = [None, None]
-    if isinstance(r, NVFP4Recipe) and r.stochastic_gradients:
+    if isinstance(r, recipes.NVFP4Recipe) and r.stochastic_gradients:
         counter = layer.next_rounding_step()
         seeds = [stream_seed(layer.seed, counter, k) for k in (0, 1)]
     dy_n = quantize_operand(layer, dy, "dy", 1, seeds[0])  # M,N
     w_n = quantize_operand(layer, w, "w", 0)  # N,K
-    if isinstance(r, NVFP4Recipe) and r.hadamard:
+    if isinstance(r, recipes.NVFP4Recipe) and r.hadamard:
         m = layer.hadamard_matrix  # 16,16: the recipe seed's random Hadamard transform
         dy, x = ops.hadamard_rows(dy, m), ops.hadamard_rows(x, m)  # M',N  M',K
     return dy_n, w_n, quantize_operand(layer, dy, "dy", 0, seeds[1]), quantize_operand(

@@ -13,49 +13,15 @@ DeepSeek-AI, "DeepSeek-V3 Technical Report", 2024, sec. 3.3.2.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-from normlab._validate import check_finite_real
-from normlab.precision import recipe_core as core
-from normlab.precision.blocks import check_block_shape
-from normlab.precision.formats import Format
+from normlab.precision.blockwise import BlockwiseTensor, blockwise_tensor
 from normlab.torch._import import torch
 from normlab.torch.formats import get_format
 from normlab.torch.namespace import TORCH
 from normlab.torch.quantize import check_tensor
 
 __all__ = ["BlockwiseTensor", "blockwise_quantize"]
-
-
-@dataclass(frozen=True)
-class BlockwiseTensor:
-    """A blockwise-scaled FP8 tensor.
-
-    Attributes
-    ----------
-    data : torch.Tensor
-        float32, x's shape, values of `fmt`.
-    scales : torch.Tensor
-        float32 encode scales, x's shape with the blocked axes replaced by (nR, nC) or nC.
-    scale_inv : torch.Tensor
-        float32 decode scales `float32(1 / scales)`.
-    fmt : Format
-        The FP8 format.
-    block_shape : tuple of int
-        The block shape.
-    """
-
-    data: torch.Tensor
-    scales: torch.Tensor
-    scale_inv: torch.Tensor
-    fmt: Format
-    block_shape: tuple[int, ...]
-
-    def dequantize(self) -> torch.Tensor:
-        """`data * scale_inv` (per block) in float32, x's shape."""
-        return core.blockwise_dequantize_values(self.data, self.scale_inv,
-                                                block=self.block_shape, xp=TORCH)
 
 
 def blockwise_quantize(
@@ -71,15 +37,16 @@ def blockwise_quantize(
     Parameters
     ----------
     t : torch.Tensor
-        At least `len(block_shape)` axes.
+        float32, float64, bfloat16 or float16 (bfloat16 and float16 keep their own overflow
+        value, as TE), with at least `len(block_shape)` axes.
     fmt : Format, str or torch.dtype, optional
-        `"e4m3"` (default), `"e5m2"` or any format.
+        The FP8 format; E4M3 by default.
     block_shape : tuple of int, optional
-        `(r, c)` tiles of the last two axes or `(c,)` runs of the last axis.
+        The tiles, as [normlab.precision.blockwise_quantize][] takes them.
     power_of_2_scales : bool, optional
-        Round each scale down to a power of two. Default False.
+        Power-of-two scales (off by default).
     amax_epsilon : float, optional
-        Lower bound (>= 0) on each block's amax. Default 0.
+        The floor of every tile's amax (0 by default).
 
     Returns
     -------
@@ -89,7 +56,7 @@ def blockwise_quantize(
     Raises
     ------
     TypeError, ValueError
-        A bad tensor, fmt, block shape, epsilon or flag.
+        As the NumPy twin (and for a non-tensor `t`).
 
     Examples
     --------
@@ -98,13 +65,5 @@ def blockwise_quantize(
     [[112.0, -224.0, 56.0, 448.0]]
     """
     t = check_tensor(t)
-    f = get_format(fmt)
-    block = check_block_shape(block_shape, t.dim())
-    eps = check_finite_real(amax_epsilon, "amax_epsilon")
-    if eps < 0:
-        raise ValueError(f"amax_epsilon must be >= 0; got {amax_epsilon!r}")
-    if not isinstance(power_of_2_scales, bool):
-        raise TypeError(f"power_of_2_scales must be a bool; got {power_of_2_scales!r}")
-    data, scales, inv = core.blockwise_quantize_parts(
-        t.detach(), f, block=block, epsilon=eps, power_of_2_scales=power_of_2_scales, xp=TORCH)
-    return BlockwiseTensor(data, scales, inv, f, block)
+    return blockwise_tensor(t.detach(), get_format(fmt), block_shape, power_of_2_scales,
+                            amax_epsilon, xp=TORCH)

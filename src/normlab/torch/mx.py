@@ -11,57 +11,16 @@ Rouhani et al., "Microscaling Data Formats for Deep Learning", 2023.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-from normlab._validate import check_int
-from normlab.precision import recipe_core as core
-from normlab.precision.block_scales import MX_NAN_CODE
-from normlab.precision.formats import Format
-from normlab.precision.recipes import mx_element_format, mx_scale_rule
+from normlab.precision.mx import MXTensor, mx_tensor
+from normlab.precision.recipes import mx_element_format
 from normlab.torch._import import torch
 from normlab.torch.formats import get_format
 from normlab.torch.namespace import TORCH
 from normlab.torch.quantize import check_tensor
 
 __all__ = ["MXTensor", "mx_quantize"]
-
-
-@dataclass(frozen=True)
-class MXTensor:
-    """An MX-quantised tensor.
-
-    Attributes
-    ----------
-    elements : torch.Tensor
-        float32, x's shape, values of `elem_format` (NaN in NaN blocks).
-    scale_codes : torch.Tensor
-        uint8 E8M0 codes, x's shape with the axis length replaced by B.
-    elem_format : Format
-        The element format.
-    block_size : int
-        Elements per scale.
-    axis : int
-        The blocked axis (non-negative).
-    """
-
-    elements: torch.Tensor
-    scale_codes: torch.Tensor
-    elem_format: Format
-    block_size: int
-    axis: int
-
-    @property
-    def scales(self) -> torch.Tensor:
-        """The shared scales $2^{code - 127}$ as float32 (NaN for code 255)."""
-        c = self.scale_codes.to(torch.int64)
-        out = ((c - 127 + 1023) << 52).view(torch.float64).to(torch.float32)
-        return torch.where(c == MX_NAN_CODE, float("nan"), out)
-
-    def dequantize(self) -> torch.Tensor:
-        r"""$X \cdot P_i$ in float32, each scale repeated over its block (NaN scale -> NaN)."""
-        return core.mx_dequantize_values(self.elements, self.scale_codes,
-                                         block_size=self.block_size, axis=self.axis, xp=TORCH)
 
 
 def mx_quantize(
@@ -114,17 +73,4 @@ def mx_quantize(
         raise ValueError(f"t must have at least one dimension; got shape {tuple(t.shape)}")
     fmt = (mx_element_format(elem_format) if isinstance(elem_format, str)
            else get_format(elem_format))
-    k = check_int(block_size, "block_size", minimum=1)
-    ax = check_int(axis, "axis")
-    if not -t.dim() <= ax < t.dim():
-        raise ValueError(f"axis must be in [-{t.dim()}, {t.dim()}); got {axis}")
-    ax %= t.dim()
-    rule = mx_scale_rule(scale_rule)
-    n = t.shape[ax]
-    if n % k and not pad:
-        raise ValueError(f"x.shape[{ax}] = {n} is not a multiple of block_size = {k}; "
-                         "pass pad=True to zero-pad the last block")
-    elems, codes = core.mx_quantize_parts(t.detach(), fmt, block_size=k, axis=ax, rule=rule,
-                                          xp=TORCH)
-    return MXTensor(elements=elems, scale_codes=codes.to(torch.uint8), elem_format=fmt,
-                    block_size=k, axis=ax)
+    return mx_tensor(t.detach(), fmt, block_size, axis, scale_rule, pad, xp=TORCH)

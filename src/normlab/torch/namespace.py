@@ -32,12 +32,15 @@ class TorchNamespace(ArrayNamespace):
     ----------
     name : str
         `"torch"`.
+    lib : module
+        `torch`.
     """
 
     name = "torch"
+    lib = torch
     _DTYPES: ClassVar[dict[str, Any]] = {
         "float32": torch.float32, "float64": torch.float64, "int32": torch.int32,
-        "int64": torch.int64, "bool": torch.bool}
+        "int64": torch.int64, "uint8": torch.uint8, "bool": torch.bool}
 
     def astype(self, x: Any, dtype: str) -> Any:
         return x.to(self._DTYPES[dtype])
@@ -57,6 +60,9 @@ class TorchNamespace(ArrayNamespace):
         dt = like.dtype if dtype is None else self._DTYPES[dtype]
         return torch.full(tuple(shape), value, dtype=dt, device=like.device)
 
+    def arange(self, n: int, like: Any) -> Any:
+        return torch.arange(n, dtype=torch.int64, device=like.device)
+
     def input_max(self, x: Any) -> float:
         if x.dtype in (torch.bfloat16, torch.float16):
             return float(torch.finfo(x.dtype).max)
@@ -65,47 +71,8 @@ class TorchNamespace(ArrayNamespace):
     def is_float64(self, x: Any) -> bool:
         return bool(x.dtype == torch.float64)
 
-    def bits32(self, x: Any) -> Any:
-        return x.to(torch.float32).view(torch.int32)
-
-    def from_bits32(self, b: Any) -> Any:
-        return b.to(torch.int32).view(torch.float32)
-
-    def bits64(self, x: Any) -> Any:
-        return x.to(torch.float64).view(torch.int64)
-
-    def from_bits64(self, b: Any) -> Any:
-        return b.to(torch.int64).view(torch.float64)
-
-    def where(self, cond: Any, a: Any, b: Any) -> Any:
-        return torch.where(cond, a, b)
-
-    def isnan(self, x: Any) -> Any:
-        return torch.isnan(x)
-
-    def isinf(self, x: Any) -> Any:
-        return torch.isinf(x)
-
-    def isfinite(self, x: Any) -> Any:
-        return torch.isfinite(x)
-
-    def abs(self, x: Any) -> Any:
-        return torch.abs(x)
-
-    def maximum(self, a: Any, b: Any) -> Any:
-        return torch.maximum(a, b)
-
-    def minimum(self, a: Any, b: Any) -> Any:
-        return torch.minimum(a, b)
-
-    def reshape(self, x: Any, shape: Sequence[int]) -> Any:
-        return x.reshape(tuple(shape))
-
-    def moveaxis(self, x: Any, source: int, destination: int) -> Any:
-        return x.movedim(source, destination)
-
-    def concat(self, arrays: Sequence[Any], axis: int) -> Any:
-        return torch.cat(list(arrays), dim=axis)
+    def take(self, x: Any, indices: Any, axis: int) -> Any:
+        return torch.index_select(x, axis, indices)
 
     def pad_end(self, x: Any, widths: Sequence[int]) -> Any:
         if not any(widths):
@@ -114,15 +81,6 @@ class TorchNamespace(ArrayNamespace):
         for w in reversed(widths):  # torch's pad lists the last axis first
             pads += [0, int(w)]
         return torch.nn.functional.pad(x, pads)
-
-    def max(self, x: Any, axis: int | tuple[int, ...]) -> Any:
-        return torch.amax(x, dim=axis)
-
-    def arange(self, n: int, like: Any) -> Any:
-        return torch.arange(n, dtype=torch.int64, device=like.device)
-
-    def take(self, x: Any, indices: Any, axis: int) -> Any:
-        return torch.index_select(x, axis, indices)
 
     def quantize(self, x: Any, fmt: Any, *, saturate: bool, rounding: str = "nearest",
                  seed: int | None = None, random_bits: Any = None) -> Any:

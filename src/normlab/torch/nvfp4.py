@@ -14,50 +14,15 @@ and app. B.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-from normlab._validate import check_finite_real, check_int
 from normlab.precision import recipe_core as core
-from normlab.precision.blocks import check_block_shape
+from normlab.precision.nvfp4 import NVFP4Tensor, check_nvfp4_args
 from normlab.torch._import import torch
 from normlab.torch.namespace import TORCH
 from normlab.torch.quantize import check_tensor
 
 __all__ = ["NVFP4Tensor", "nvfp4_fake_quantize", "nvfp4_quantize"]
-
-_MODES = ("nearest", "stochastic")
-
-
-@dataclass(frozen=True)
-class NVFP4Tensor:
-    """An NVFP4-quantised tensor.
-
-    Attributes
-    ----------
-    elements : torch.Tensor
-        float32 E2M1 values, x's shape (NaN in NaN blocks).
-    block_scales : torch.Tensor
-        float32 E4M3 values, one per block (the NumPy twin's layout).
-    tensor_scale : torch.Tensor
-        0-d float32, $S_{dec}$.
-    block_shape : tuple of int
-        `(16,)` or the 2-D block shape.
-    axis : int
-        The blocked axis of 1-D blocks (non-negative).
-    """
-
-    elements: torch.Tensor
-    block_scales: torch.Tensor
-    tensor_scale: torch.Tensor
-    block_shape: tuple[int, ...]
-    axis: int
-
-    def dequantize(self) -> torch.Tensor:
-        """`elements * block_scale * tensor_scale` in float32, x's shape."""
-        return core.nvfp4_dequantize_values(self.elements, self.block_scales,
-                                            self.tensor_scale, block=self.block_shape,
-                                            axis=self.axis, xp=TORCH)
 
 
 def _checked(t: Any, axis: Any, block_shape: Any, rounding: Any,
@@ -67,28 +32,15 @@ def _checked(t: Any, axis: Any, block_shape: Any, rounding: Any,
     t = check_tensor(t)
     if t.dim() < 1:
         raise ValueError(f"t must have at least one dimension; got shape {tuple(t.shape)}")
-    ax = check_int(axis, "axis")
-    if not -t.dim() <= ax < t.dim():
-        raise ValueError(f"axis must be in [-{t.dim()}, {t.dim()}); got {axis}")
-    if block_shape is None:
-        block: tuple[int, ...] = (16,)
-    else:
-        block = check_block_shape(block_shape, t.dim())
-        if len(block) != 2 or ax % t.dim() != t.dim() - 1:
-            raise ValueError("block_shape must be None (1 x 16 blocks along axis) or a 2-tuple "
-                             f"of the last two axes with axis=-1; got block_shape="
-                             f"{block_shape!r}, axis={axis}")
-    if rounding not in _MODES:
-        raise ValueError(f"rounding must be one of {_MODES}; got {rounding!r}")
+    given = tensor_amax if isinstance(tensor_amax, torch.Tensor) else None  # taken as is
+    ax, block, v = check_nvfp4_args(t.dim(), axis, block_shape, rounding,
+                                    None if given is not None else tensor_amax)
     amax_t: torch.Tensor | None = None  # None: max |t|
-    if isinstance(tensor_amax, torch.Tensor):
-        amax_t = tensor_amax.detach().reshape(()).to(device=t.device, dtype=torch.float64)
-    elif tensor_amax is not None:
-        v = check_finite_real(tensor_amax, "tensor_amax")
-        if v < 0:
-            raise ValueError(f"tensor_amax must be >= 0; got {tensor_amax!r}")
+    if given is not None:
+        amax_t = given.detach().reshape(()).to(device=t.device, dtype=torch.float64)
+    elif v is not None:
         amax_t = torch.tensor(v, dtype=torch.float64, device=t.device)
-    return t, ax % t.dim(), block, amax_t
+    return t, ax, block, amax_t
 
 
 def nvfp4_quantize(

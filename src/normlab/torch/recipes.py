@@ -14,26 +14,5 @@ False
 
 from __future__ import annotations
 
-from normlab.precision.recipes import (
-    RECIPES,
-    Bf16Recipe,
-    BlockwiseFp8Recipe,
-    Fp8CurrentRecipe,
-    Fp8DelayedRecipe,
-    MXRecipe,
-    NVFP4Recipe,
-    Recipe,
-    check_recipe,
-)
-
-__all__ = [
-    "RECIPES",
-    "Bf16Recipe",
-    "BlockwiseFp8Recipe",
-    "Fp8CurrentRecipe",
-    "Fp8DelayedRecipe",
-    "MXRecipe",
-    "NVFP4Recipe",
-    "Recipe",
-    "check_recipe",
-]
+from normlab.precision.recipes import *  # noqa: F403  (the same classes, not copies)
+from normlab.precision.recipes import __all__  # noqa: F401

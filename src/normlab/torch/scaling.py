@@ -20,11 +20,11 @@ from typing import Any
 
 import numpy as np
 
-from normlab._validate import check_finite_real, check_int
+from normlab._validate import check_finite_real
 from normlab.precision import recipe_core as core
 from normlab.precision import scales
 from normlab.precision.formats import Format
-from normlab.precision.fp8_scaling import checked_meta_state
+from normlab.precision.fp8_scaling import Fp8Tensor, checked_meta_state, current_scale_of
 from normlab.precision.recipes import DelayedScaling
 from normlab.torch._import import torch
 from normlab.torch.formats import get_format
@@ -32,35 +32,6 @@ from normlab.torch.namespace import TORCH
 from normlab.torch.quantize import check_tensor
 
 __all__ = ["Fp8Meta", "Fp8Tensor", "fp8_quantize", "quantize_current_scaling"]
-
-
-@dataclass(frozen=True)
-class Fp8Tensor:
-    """An FP8 tensor on a device: `data * scale_inv` approximates the input.
-
-    Attributes
-    ----------
-    data : torch.Tensor
-        float32 values of `fmt`, the input's shape.
-    scale : torch.Tensor
-        0-d float32, the scale `data` was formed with.
-    scale_inv : torch.Tensor
-        0-d float32, `float32(1 / scale)`.
-    fmt : Format
-        The FP8 format.
-    amax : torch.Tensor
-        0-d float64, max |t| of the input (NaN if it held one).
-    """
-
-    data: torch.Tensor
-    scale: torch.Tensor
-    scale_inv: torch.Tensor
-    fmt: Format
-    amax: torch.Tensor
-
-    def dequantize(self) -> torch.Tensor:
-        """`data * scale_inv` in float32."""
-        return self.data * self.scale_inv
 
 
 def _scale_tensor(scale: Any, device: torch.device) -> torch.Tensor:
@@ -152,18 +123,9 @@ def quantize_current_scaling(t: torch.Tensor, fmt: Any = "e4m3", *, margin: int 
     >>> q.scale.item(), q.data.tolist()
     (224.0, [112.0, -448.0])
     """
-    t = check_tensor(t)
-    f = get_format(fmt)
-    m = check_int(margin, "margin")
-    eps = check_finite_real(amax_epsilon, "amax_epsilon")
-    if eps < 0:
-        raise ValueError(f"amax_epsilon must be >= 0; got {amax_epsilon!r}")
-    if not isinstance(power_of_2_scales, bool):
-        raise TypeError(f"power_of_2_scales must be a bool; got {power_of_2_scales!r}")
-    x = t.detach()
-    scale = core.current_scale(x, f, margin=m, epsilon=eps, power_of_2_scales=power_of_2_scales,
-                               xp=TORCH)
-    return _fp8_tensor(x, f, scale)
+    x, f = check_tensor(t).detach(), get_format(fmt)
+    return _fp8_tensor(x, f, current_scale_of(x, f, margin, amax_epsilon, power_of_2_scales,
+                                              xp=TORCH))
 
 
 @dataclass
@@ -256,20 +218,12 @@ class Fp8Meta:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore from `state_dict()` or the NumPy twin's; values move to this meta's device.
 
-        Tensors on any device, arrays, 0-d arrays from `np.load` and floats are accepted;
-        `scale_inv` is recomputed from `scale`. Everything is validated before anything
-        changes.
-
         Parameters
         ----------
         state : Mapping
-            The keys of `state_dict()`.
-
-        Raises
-        ------
-        ValueError, TypeError
-            Another history length, role or format, a history of the wrong shape or a
-            scale that is not a finite float32 > 0; the meta is left as it was.
+            As the NumPy [Fp8Meta.load_state_dict][normlab.precision.Fp8Meta.load_state_dict]
+            takes it (the same checks, the same errors, nothing changed on an error), with
+            tensors on any device accepted beside arrays and floats.
         """
         if isinstance(state, Mapping):
             state = {k: v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else v
