@@ -84,3 +84,16 @@ def test_recipes_are_one_set_of_classes() -> None:
         assert getattr(torch_recipes, name) is getattr(P.recipes, name)
     for name in ("Fp8DelayedRecipe", "MXRecipe", "NVFP4Recipe", "BlockwiseFp8Recipe"):
         assert getattr(nt, name) is getattr(P, name)
+
+
+@pytest.mark.parametrize(("margin", "eps"), [(-500, 0.0), (500, 0.0), (0, 1e300), (3, 1e-45)])
+def test_extreme_settings_agree(margin: int, eps: float) -> None:
+    # constants beyond float32's range round to inf (or 0) on both sides, never raise
+    x = np.random.default_rng(0).standard_normal((4, 64)).astype(np.float32)
+    want = P.quantize_current_scaling(x, margin=margin, amax_epsilon=eps)
+    got = nt.quantize_current_scaling(torch.from_numpy(x), margin=margin, amax_epsilon=eps)
+    assert got.scale.item() == want.scale
+    np.testing.assert_array_equal(got.data.numpy(), want.data)
+    bw = P.blockwise_quantize(x, block_shape=(1, 32), amax_epsilon=eps)
+    bt = nt.blockwise_quantize(torch.from_numpy(x), block_shape=(1, 32), amax_epsilon=eps)
+    np.testing.assert_array_equal(bt.scales.numpy(), bw.scales)

@@ -53,6 +53,9 @@ class TorchNamespace(ArrayNamespace):
 
     def scalar(self, value: float, like: Any, dtype: str | None = None) -> Any:
         dt = like.dtype if dtype is None else self._DTYPES[dtype]
+        if dt == torch.float32:  # through float64: a value beyond float32 rounds to inf
+            wide = torch.full((), value, dtype=torch.float64, device=like.device)
+            return wide.to(torch.float32)
         return torch.full((), value, dtype=dt, device=like.device)  # a fill, no host copy
 
     def full(self, shape: Sequence[int], value: float, like: Any,
