@@ -62,7 +62,7 @@ from normlab.precision import recipe_core as core
 from normlab.precision.codes import encode
 from normlab.precision.formats import Format
 from normlab.precision.namespace import NUMPY, ArrayNamespace, namespace_of
-from normlab.precision.recipes import MXINT8, mx_element_format, mx_scale_rule
+from normlab.precision.recipe_formats import MXINT8, mx_element_format, mx_scale_rule
 
 __all__ = ["MXINT8", "MXTensor", "e8m0_scales", "mx_dequantize", "mx_quantize"]
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from normlab.precision.mx import MXTensor, mx_tensor
-from normlab.precision.recipes import mx_element_format
+from normlab.precision.recipe_formats import mx_element_format
 from normlab.torch._import import torch
 from normlab.torch.formats import get_format
 from normlab.torch.namespace import TORCH
