@@ -1,8 +1,9 @@
 """The one "kernel or reference" decision behind every public op.
 
 Contract: a public function validates its inputs, then calls :func:`dispatch` with the
-op's name, its NumPy reference and the validated arguments. A kernel registered under that
-name (:mod:`normlab.kernels`) receives exactly those arguments and returns the reference's
+op's name, its NumPy reference and the validated arguments. The kernel that ``KERNELS``
+names for that op (``"module:function"`` in :mod:`normlab.kernels`, imported on the first
+dispatch, never at import time) receives exactly those arguments and returns the reference's
 result types, or ``NotImplemented`` when it cannot serve them (a dtype, layout or option it
 does not handle); the reference then runs. Both paths run under the same
 ``np.errstate``: a NaN/inf row gives NaN/inf in that row only, without NumPy warnings.
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import atexit
 import glob
+import importlib
 import os
 import pickle
 import shutil
@@ -45,15 +47,35 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "KERNELS",
     "KernelFallbackWarning",
     "backend",
     "dispatch",
     "kernel",
-    "register",
     "use_backend",
 ]
 
-_REGISTRY: dict[str, Callable[..., Any]] = {}
+# op name -> "module:function" of its kernel. A table of names, not imports: the kernels
+# import the references' modules (formats, caches), which dispatch through here, so only
+# strings may point from this module to them (no import circle).
+KERNELS: dict[str, str] = {
+    "batch_norm_forward": "normlab.kernels.batch_norm:batch_norm_forward",
+    "batch_norm_backward": "normlab.kernels.batch_norm:batch_norm_backward",
+    "block_amax": "normlab.kernels.block_scale:block_amax",
+    "inverted_dropout": "normlab.kernels.dropout:inverted_dropout",
+    "group_norm_forward": "normlab.kernels.group_norm:group_norm_forward",
+    "group_norm_backward": "normlab.kernels.group_norm:group_norm_backward",
+    "quantize": "normlab.kernels.quantize:quantize",
+    "layer_norm_forward": "normlab.kernels.row_norms:layer_norm_forward",
+    "layer_norm_backward": "normlab.kernels.row_norms:layer_norm_backward",
+    "add_layer_norm_forward": "normlab.kernels.row_norms:add_layer_norm_forward",
+    "add_layer_norm_backward": "normlab.kernels.row_norms:add_layer_norm_backward",
+    "rms_norm_forward": "normlab.kernels.row_norms:rms_norm_forward",
+    "rms_norm_backward": "normlab.kernels.row_norms:rms_norm_backward",
+    "add_rms_norm_forward": "normlab.kernels.row_norms:add_rms_norm_forward",
+    "add_rms_norm_backward": "normlab.kernels.row_norms:add_rms_norm_backward",
+}
+_REGISTRY: dict[str, Callable[..., Any]] = {}  # KERNELS resolved, once the kernels load
 _STATE: dict[str, Any] = {"loaded": False, "available": False, "cache_moved": False}
 _DISABLED: set[str] = set()  # ops whose kernel failed for good in this process
 _WARNED: set[tuple[str, str]] = set()
@@ -65,16 +87,6 @@ _CORRUPT = (pickle.UnpicklingError, EOFError, ValueError, AttributeError, Import
 
 class KernelFallbackWarning(RuntimeWarning):
     """A compiled kernel could not be used; normlab recovered (results stay correct)."""
-
-
-def register(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorator used by :mod:`normlab.kernels` to offer a kernel for a public function."""
-
-    def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
-        _REGISTRY[name] = fn
-        return fn
-
-    return deco
 
 
 def backend() -> str:
@@ -210,7 +222,11 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _import_kernels() -> None:
-    import normlab.kernels  # noqa: F401  (registers its kernels on import)
+    """Import numba (through :mod:`normlab.kernels`) and every kernel that ``KERNELS`` names."""
+    importlib.import_module("normlab.kernels")  # ImportError here: no numba
+    for name, target in KERNELS.items():
+        module, function = target.split(":")
+        _REGISTRY[name] = getattr(importlib.import_module(module), function)
 
 
 def _load() -> bool:

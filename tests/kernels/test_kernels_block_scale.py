@@ -14,7 +14,7 @@ numba = pytest.importorskip("numba")
 
 from normlab import _backend  # noqa: E402
 from normlab.precision import (  # noqa: E402
-    _blocks,
+    blocks,
     blockwise_quantize,
     mx_quantize,
     nvfp4_quantize,
@@ -46,12 +46,12 @@ def _x(rng, shape, dtype):
 def test_block_amax_kernel_matches_reference(dtype, shape, block, rng):
     x = _x(rng, shape, dtype)
     with _backend.use_backend("numpy"), np.errstate(invalid="ignore"):
-        ref = _blocks.block_amax(x, block)
+        ref = blocks.block_amax(x, block)
     old = numba.get_num_threads()
     try:
         for threads in (1, min(2, numba.config.NUMBA_NUM_THREADS)):
             numba.set_num_threads(threads)
-            got = _blocks.block_amax(x, block)
+            got = blocks.block_amax(x, block)
             assert got.shape == ref.shape
             same = (got == ref) | (np.isnan(got) & np.isnan(ref))
             assert same.all(), threads

@@ -1,9 +1,10 @@
 """Fused, multi-threaded numba kernels behind the functional API (optional).
 
-Importing this package registers its kernels with :func:`normlab._backend.register`; the
-public functions reach them only through :func:`normlab._backend.kernel`. The import
-raises ``ImportError`` when numba is missing, and the dispatch point then keeps the NumPy
-references: nothing outside this package imports numba.
+The public functions reach these kernels only through :func:`normlab._backend.kernel`,
+whose table ``KERNELS`` names each op's ``"module:function"``; the kernels import nothing
+from the dispatch point. Importing this package raises ``ImportError`` when numba is
+missing, and the dispatch point then keeps the NumPy references: nothing outside this
+package imports numba.
 
 Files: ``<op>.py`` is the adapter (validated arguments in, the reference's result types
 out, ``NotImplemented`` to decline) and ``<op>_jit.py`` holds its compiled loops;
@@ -17,15 +18,6 @@ on which runs or on the thread count.
 from __future__ import annotations
 
 import numba  # noqa: F401  (ImportError here means: no kernels, references only)
-
-from normlab.kernels import (
-    batch_norm,  # noqa: F401  (registers the BatchNorm kernels)
-    block_scale,  # noqa: F401  (registers block_amax)
-    dropout,  # noqa: F401  (registers inverted dropout)
-    group_norm,  # noqa: F401  (registers the GroupNorm kernels)
-    quantize,  # noqa: F401  (registers quantize)
-    row_norms,  # noqa: F401  (registers the LayerNorm / RMSNorm / add+norm kernels)
-)
 
 # the benchmark's bandwidth yardstick and thread count (not ops of the library)
 from normlab.kernels._copy import num_threads, parallel_copy

@@ -25,7 +25,6 @@ from typing import Any
 
 import numpy as np
 
-from normlab._backend import register
 from normlab.kernels import batch_norm_jit as jit
 from normlab.kernels._adapt import FLOATS, launch, vec
 from normlab.kernels.row_norms_jit import chunk_count
@@ -41,7 +40,6 @@ def _acs(x: np.ndarray, axis: int) -> np.ndarray:
     return np.ascontiguousarray(x).reshape(a, x.shape[axis], -1)
 
 
-@register("batch_norm_forward")
 def batch_norm_forward(
     x: np.ndarray,
     gamma: np.ndarray | None,
@@ -82,7 +80,6 @@ def batch_norm_forward(
     return (out.reshape(x.shape) if dest is None else dest), cache, var
 
 
-@register("batch_norm_backward")
 def batch_norm_backward(dout: np.ndarray, cache: BatchNormCache,
                         dest: tuple[Any, ...] | None = None) -> Any:
     """Kernel of ``_batch_norm_backward_ref``: per-feature sums, then dx in one sweep.

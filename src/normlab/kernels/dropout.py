@@ -18,14 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from normlab._backend import register
 from normlab.kernels import dropout_jit as jit
 from normlab.kernels._adapt import FLOATS, launch
 
 __all__: list[str] = []
 
 
-@register("inverted_dropout")
 def inverted_dropout(x: np.ndarray, drop_probability: Any, rng: np.random.Generator,
                      dest: tuple[Any, ...] = (None, None)) -> Any:
     """Kernel of ``_inverted_dropout_ref``: same draw, fused mask and scale.

@@ -26,7 +26,6 @@ from typing import Any
 
 import numpy as np
 
-from normlab._backend import register
 from normlab.kernels import group_norm_jit as jit
 from normlab.kernels._adapt import PARALLEL_MIN_ELEMENTS, launch, reduce_chunks, same_dtype, vec
 from normlab.norms._cache import GroupNormCache
@@ -60,7 +59,6 @@ def _runs(a: np.ndarray, groups: int) -> np.ndarray:
     return np.ascontiguousarray(a).reshape(r, a.size // r)
 
 
-@register("group_norm_forward")
 def group_norm_forward(
     x: np.ndarray, num_groups: int, gamma: np.ndarray | None, beta: np.ndarray | None,
     eps: float, dest: np.ndarray | None = None,
@@ -80,7 +78,6 @@ def group_norm_forward(
     return (out.reshape(x.shape) if dest is None else dest), cache
 
 
-@register("group_norm_backward")
 def group_norm_backward(dout: np.ndarray, cache: GroupNormCache,
                         dest: tuple[Any, ...] | None = None) -> Any:
     """Kernel of ``_group_norm_backward_ref``: per-channel and per-run sums in one sweep,

@@ -41,11 +41,10 @@ from typing import Any
 
 import numpy as np
 
-from normlab._backend import register
 from normlab.kernels import quantize_jit as jit
 from normlab.kernels._adapt import launch
 from normlab.precision.formats import Format, NanConvention
-from normlab.precision.rounding import RoundingMode
+from normlab.precision.modes import RoundingMode
 
 __all__: list[str] = []
 
@@ -117,7 +116,6 @@ def _narrow_nearest(fmt: Format, mode: RoundingMode, dtype: np.dtype) -> bool:
     )
 
 
-@register("quantize")
 def quantize(
     x: np.ndarray,
     fmt: Format,

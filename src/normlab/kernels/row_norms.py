@@ -21,7 +21,6 @@ from typing import Any
 
 import numpy as np
 
-from normlab._backend import register
 from normlab.kernels import row_norms_jit as jit
 from normlab.kernels._adapt import launch, reduce_chunks, rows_of, same_dtype, vec
 from normlab.norms._cache import LayerNormCache, RMSNormCache
@@ -59,7 +58,6 @@ def _copied(dest: np.ndarray, value: np.ndarray) -> np.ndarray:
     return dest
 
 
-@register("layer_norm_forward")
 def layer_norm_forward(
     x: np.ndarray, gamma: np.ndarray | None, beta: np.ndarray | None, eps: float, k: int,
     dest: np.ndarray | None = None,
@@ -98,7 +96,6 @@ def _ln_backward(dout: np.ndarray, dres: np.ndarray | None, cache: LayerNormCach
     return (dx.reshape(x.shape) if dest is None or dest[0] is None else dest[0]), *grads
 
 
-@register("layer_norm_backward")
 def layer_norm_backward(
     dout: np.ndarray, cache: LayerNormCache, dest: tuple[Any, ...] | None = None
 ) -> Any:
@@ -111,7 +108,6 @@ def layer_norm_backward(
     return _ln_backward(dout, None, cache, dest)
 
 
-@register("add_layer_norm_backward")
 def add_layer_norm_backward(
     dout: np.ndarray, dresidual: np.ndarray | None, cache: LayerNormCache,
     dest: tuple[Any, ...] | None = None,
@@ -123,7 +119,6 @@ def add_layer_norm_backward(
     return _ln_backward(dout, dresidual, cache, dest)
 
 
-@register("rms_norm_forward")
 def rms_norm_forward(
     x: np.ndarray, weight: np.ndarray | None, eps: float, offset: float, k: int,
     dest: np.ndarray | None = None,
@@ -162,7 +157,6 @@ def _rms_backward(dout: np.ndarray, dres: np.ndarray | None, cache: RMSNormCache
     return (dx.reshape(x.shape) if dest is None or dest[0] is None else dest[0]), *grads
 
 
-@register("rms_norm_backward")
 def rms_norm_backward(
     dout: np.ndarray, cache: RMSNormCache, dest: tuple[Any, ...] | None = None
 ) -> Any:
@@ -170,7 +164,6 @@ def rms_norm_backward(
     return _rms_backward(dout, None, cache, dest)
 
 
-@register("add_rms_norm_backward")
 def add_rms_norm_backward(
     dout: np.ndarray, dresidual: np.ndarray | None, cache: RMSNormCache,
     dest: tuple[Any, ...] | None = None,
@@ -179,7 +172,6 @@ def add_rms_norm_backward(
     return _rms_backward(dout, dresidual, cache, dest)
 
 
-@register("add_layer_norm_forward")
 def add_layer_norm_forward(
     x: np.ndarray,
     residual: np.ndarray,
@@ -208,7 +200,6 @@ def add_layer_norm_forward(
     return _shaped(dest[0], out, x.shape), s, cache
 
 
-@register("add_rms_norm_forward")
 def add_rms_norm_forward(
     x: np.ndarray,
     residual: np.ndarray,

@@ -1,6 +1,6 @@
 """The optimizer base: parameter checks, per-parameter state and its checkpoint.
 
-Contract: ``_Optimizer`` validates every parameter, gradient and state entry before a
+Contract: ``Optimizer`` validates every parameter, gradient and state entry before a
 ``step`` changes anything, and ``load_state_dict`` validates a whole state dict (PyTorch's
 layout: ``{"state": {index: {...}}, "param_groups": [{..., "params": [0, 1, ...]}]}``)
 before it assigns. Sub-classes (:mod:`normlab.nn.optim`) supply the hyperparameter and
@@ -39,7 +39,7 @@ def _param_data(p: Any, i: int) -> np.ndarray:
     return as_float_array(p.data, f"params[{i}].data")
 
 
-class _Optimizer:
+class Optimizer:
     """Shared parameter handling: validation, zero_grad, per-parameter state, checkpoints.
 
     Sub-classes define ``_HYPER`` (hyperparameter names), ``_check_hyper`` (validates a

@@ -25,12 +25,12 @@ from typing import Any
 import numpy as np
 
 from normlab._validate import check_bool, check_finite_real, check_int, check_nonneg, scalar_item
-from normlab.nn._optimizer import _Optimizer
+from normlab.nn._optimizer import Optimizer
 
 __all__ = ["SGD", "AdamW"]
 
 
-class SGD(_Optimizer):
+class SGD(Optimizer):
     """Stochastic gradient descent with momentum, dampening, weight decay and Nesterov.
 
     PyTorch's rule: ``g <- g + wd * p``; with momentum, ``b <- g`` on the first step, then
@@ -121,7 +121,7 @@ class SGD(_Optimizer):
             p.data[...] = new.astype(p.data.dtype)
 
 
-class AdamW(_Optimizer):
+class AdamW(Optimizer):
     """Adam with decoupled weight decay, PyTorch's formulation.
 
     For step t: ``p <- p * (1 - lr * wd)``; ``m <- m + (1 - b1) * (g - m)`` (lerp);

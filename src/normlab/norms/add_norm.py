@@ -28,14 +28,14 @@ from normlab.norms._cache import LayerNormCache, RMSNormCache
 from normlab.norms._common import as_grad, check_cache, check_dout, check_input
 from normlab.norms._out import add_forward_out, backward_out, fill, seam_extra
 from normlab.norms.layer_norm import (
-    _ln_backward_core,
-    _ln_forward_core,
-    _validate_layer_norm,
+    layer_norm_backward_core,
+    layer_norm_forward_core,
+    validate_layer_norm,
 )
 from normlab.norms.rms_norm import (
-    _rms_backward_core,
-    _rms_forward_core,
-    _validate_rms_norm,
+    rms_norm_backward_core,
+    rms_norm_forward_core,
+    validate_rms_norm,
 )
 
 __all__ = [
@@ -82,7 +82,7 @@ def _add_layer_norm_forward_ref(
     dest: tuple[Any, ...] = (None, None),
 ) -> tuple[np.ndarray, np.ndarray, LayerNormCache]:
     s = _add_into(x, residual, dest)  # the new residual stream, numpy's promotion
-    out, mean, rstd = _ln_forward_core(s, gamma, beta, eps, k)
+    out, mean, rstd = layer_norm_forward_core(s, gamma, beta, eps, k)
     cache = LayerNormCache(s, gamma, beta, mean, rstd, eps, k)
     y = fill(dest[0], out.astype(x.dtype, copy=False))
     assert y is not None
@@ -93,7 +93,7 @@ def _add_layer_norm_backward_ref(
     dout: np.ndarray, dresidual: np.ndarray | None, cache: LayerNormCache,
     dest: tuple[Any, ...] = (None, None, None),
 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
-    dx, dgamma, dbeta = _ln_backward_core(dout, cache)
+    dx, dgamma, dbeta = layer_norm_backward_core(dout, cache)
     dsum = fill(dest[0], _sum_grad(dx, dresidual, cache.x.dtype))
     assert dsum is not None
     return (dsum, fill(dest[1], as_grad(dgamma, cache.gamma)),
@@ -110,7 +110,7 @@ def _add_rms_norm_forward_ref(
     dest: tuple[Any, ...] = (None, None),
 ) -> tuple[np.ndarray, np.ndarray, RMSNormCache]:
     s = _add_into(x, residual, dest)
-    out, rstd = _rms_forward_core(s, weight, eps, offset, k)
+    out, rstd = rms_norm_forward_core(s, weight, eps, offset, k)
     y = fill(dest[0], out.astype(x.dtype, copy=False))
     assert y is not None
     return y, s, RMSNormCache(s, weight, rstd, eps, offset, k)
@@ -120,7 +120,7 @@ def _add_rms_norm_backward_ref(
     dout: np.ndarray, dresidual: np.ndarray | None, cache: RMSNormCache,
     dest: tuple[Any, ...] = (None, None),
 ) -> tuple[np.ndarray, np.ndarray | None]:
-    dx, dweight = _rms_backward_core(dout, cache)
+    dx, dweight = rms_norm_backward_core(dout, cache)
     dsum = fill(dest[0], _sum_grad(dx, dresidual, cache.x.dtype))
     assert dsum is not None
     return dsum, fill(dest[1], as_grad(dweight, cache.weight))
@@ -169,7 +169,7 @@ def add_layer_norm_forward(
     >>> s[0].tolist(), np.round(out[0], 4).tolist()
     ([1.0, 2.0, 3.0], [-1.2247, 0.0, 1.2247])
     """
-    xa, gamma, beta, eps, k = _validate_layer_norm(x, gamma, beta, eps, normalized_ndim)
+    xa, gamma, beta, eps, k = validate_layer_norm(x, gamma, beta, eps, normalized_ndim)
     res = _check_residual(residual, xa)
     dest = add_forward_out(out, xa, res, (("gamma", gamma), ("beta", beta)))
     result: tuple[np.ndarray, np.ndarray, LayerNormCache] = dispatch(
@@ -260,7 +260,7 @@ def add_rms_norm_forward(
     >>> s.tolist(), np.round(out, 6).tolist()
     ([[3.0, 3.0]], [[1.0, 1.0]])
     """
-    xa, weight, eps, offset, k = _validate_rms_norm(x, weight, eps, offset, normalized_ndim)
+    xa, weight, eps, offset, k = validate_rms_norm(x, weight, eps, offset, normalized_ndim)
     res = _check_residual(residual, xa)
     dest = add_forward_out(out, xa, res, (("weight", weight),))
     result: tuple[np.ndarray, np.ndarray, RMSNormCache] = dispatch(

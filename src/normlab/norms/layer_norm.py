@@ -34,7 +34,7 @@ from normlab.norms._out import backward_out, fill, forward_out, seam_extra
 __all__ = ["layer_norm_backward", "layer_norm_forward"]
 
 
-def _validate_layer_norm(
+def validate_layer_norm(
     x: Any, gamma: Any, beta: Any, eps: Any, normalized_ndim: Any
 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None, float, int]:
     """Check LayerNorm's arguments; return them as arrays, eps as float, k as int."""
@@ -49,7 +49,7 @@ def _validate_layer_norm(
     return x, gamma, beta, eps, k
 
 
-def _ln_forward_core(
+def layer_norm_forward_core(
     x: np.ndarray, gamma: np.ndarray | None, beta: np.ndarray | None, eps: float, k: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """out (compute dtype, x's shape), mean and rstd (B) of LayerNorm over the last k dims."""
@@ -67,7 +67,7 @@ def _ln_forward_core(
     return out, mean.reshape(lead), rstd.reshape(lead)
 
 
-def _ln_backward_core(
+def layer_norm_backward_core(
     dout: np.ndarray, cache: LayerNormCache
 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
     """dx, dgamma, dbeta in the compute dtype (``cache.rstd.dtype``)."""
@@ -92,7 +92,7 @@ def _layer_norm_forward_ref(
     x: np.ndarray, gamma: np.ndarray | None, beta: np.ndarray | None, eps: float, k: int,
     dest: np.ndarray | None = None,
 ) -> tuple[np.ndarray, LayerNormCache]:
-    out, mean, rstd = _ln_forward_core(x, gamma, beta, eps, k)
+    out, mean, rstd = layer_norm_forward_core(x, gamma, beta, eps, k)
     result = fill(dest, out.astype(x.dtype, copy=False))
     assert result is not None
     return result, LayerNormCache(x, gamma, beta, mean, rstd, eps, k)
@@ -101,7 +101,7 @@ def _layer_norm_forward_ref(
 def _layer_norm_backward_ref(
     dout: np.ndarray, cache: LayerNormCache, dest: tuple[Any, ...] = (None, None, None)
 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
-    dx, dgamma, dbeta = _ln_backward_core(dout, cache)
+    dx, dgamma, dbeta = layer_norm_backward_core(dout, cache)
     dx_out = fill(dest[0], dx.astype(cache.x.dtype, copy=False))
     assert dx_out is not None
     return (
@@ -166,7 +166,7 @@ def layer_norm_forward(
     be finite for a constant row. Big-endian input (``'>f8'``) is computed as float64 and
     returned in native byte order.
     """
-    args = _validate_layer_norm(x, gamma, beta, eps, normalized_ndim)
+    args = validate_layer_norm(x, gamma, beta, eps, normalized_ndim)
     dest = forward_out(out, args[0], (("gamma", args[1]), ("beta", args[2])))
     result: tuple[np.ndarray, LayerNormCache] = dispatch(
         "layer_norm_forward", _layer_norm_forward_ref, *args, *seam_extra(dest)

@@ -33,7 +33,7 @@ from normlab.norms._out import backward_out, fill, forward_out, seam_extra
 __all__ = ["rms_norm_backward", "rms_norm_forward"]
 
 
-def _validate_rms_norm(
+def validate_rms_norm(
     x: Any, weight: Any, eps: Any, offset: Any, normalized_ndim: Any
 ) -> tuple[np.ndarray, np.ndarray | None, float, float, int]:
     """Check RMSNorm's arguments; return x, weight, eps, offset, k."""
@@ -55,7 +55,7 @@ def _gain(weight: np.ndarray | None, offset: float, cd: np.dtype) -> np.ndarray 
     return weight.astype(cd) + offset if offset != 0.0 else weight.astype(cd, copy=False)
 
 
-def _rms_forward_core(
+def rms_norm_forward_core(
     x: np.ndarray, weight: np.ndarray | None, eps: float, offset: float, k: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """out (compute dtype, x's shape) and rstd (B) of RMSNorm over the last k dims."""
@@ -69,7 +69,7 @@ def _rms_forward_core(
     return out, rstd.reshape(x.shape[: x.ndim - k])
 
 
-def _rms_backward_core(
+def rms_norm_backward_core(
     dout: np.ndarray, cache: RMSNormCache
 ) -> tuple[np.ndarray, np.ndarray | None]:
     """dx and dweight in the compute dtype (``cache.rstd.dtype``)."""
@@ -94,7 +94,7 @@ def _rms_norm_forward_ref(
     x: np.ndarray, weight: np.ndarray | None, eps: float, offset: float, k: int,
     dest: np.ndarray | None = None,
 ) -> tuple[np.ndarray, RMSNormCache]:
-    out, rstd = _rms_forward_core(x, weight, eps, offset, k)
+    out, rstd = rms_norm_forward_core(x, weight, eps, offset, k)
     result = fill(dest, out.astype(x.dtype, copy=False))
     assert result is not None
     return result, RMSNormCache(x, weight, rstd, eps, offset, k)
@@ -103,7 +103,7 @@ def _rms_norm_forward_ref(
 def _rms_norm_backward_ref(
     dout: np.ndarray, cache: RMSNormCache, dest: tuple[Any, ...] = (None, None)
 ) -> tuple[np.ndarray, np.ndarray | None]:
-    dx, dweight = _rms_backward_core(dout, cache)
+    dx, dweight = rms_norm_backward_core(dout, cache)
     dx_out = fill(dest[0], dx.astype(cache.x.dtype, copy=False))
     assert dx_out is not None
     return dx_out, fill(dest[1], as_grad(dweight, cache.weight))
@@ -154,7 +154,7 @@ def rms_norm_forward(
     >>> np.round(out, 6)
     array([[0.848528, 1.131371]])
     """
-    args = _validate_rms_norm(x, weight, eps, offset, normalized_ndim)
+    args = validate_rms_norm(x, weight, eps, offset, normalized_ndim)
     dest = forward_out(out, args[0], (("weight", args[1]),))
     result: tuple[np.ndarray, RMSNormCache] = dispatch(
         "rms_norm_forward", _rms_norm_forward_ref, *args, *seam_extra(dest)

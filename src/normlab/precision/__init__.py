@@ -1,9 +1,11 @@
 """Float formats, exact rounding, loss scaling, mixed-precision training and scaled recipes.
 
-Formats and rounding: :mod:`formats`, :mod:`rounding`, :mod:`codes`. Scaled recipes:
-per-tensor FP8 (:mod:`fp8_scaling`), MX (:mod:`mx`), NVFP4 (:mod:`nvfp4`), blockwise FP8
-(:mod:`blockwise`), the random Hadamard transform (:mod:`hadamard`). Training: loss
-scaling, master weights, low-precision matmul.
+Formats and rounding: `formats`, `rounding` (modes in `modes`), `codes`. Scaled recipes:
+their settings in [normlab.precision.recipes][], their arithmetic written once against the
+array namespace ([normlab.precision.namespace][]) in `scales`, `blocks`, `block_scales`
+and `recipe_core`, and the public functions per-tensor FP8 (`fp8_scaling`), MX (`mx`),
+NVFP4 (`nvfp4`), blockwise FP8 (`blockwise`) and the random Hadamard transform
+(`hadamard`). Training: loss scaling, master weights, low-precision matmul.
 """
 
 from __future__ import annotations
@@ -37,7 +39,6 @@ from normlab.precision.formats import (
     get_format,
 )
 from normlab.precision.fp8_scaling import (
-    DelayedScaling,
     Fp8Meta,
     Fp8Tensor,
     compute_scale,
@@ -59,10 +60,21 @@ from normlab.precision.lowp_update import LowPrecisionUpdater
 from normlab.precision.master_weights import MasterWeights
 from normlab.precision.matmul import lowp_matmul
 from normlab.precision.mixed import StepResult, clip_grad_norm, mixed_precision_step
-from normlab.precision.mx import MXINT8, MXTensor, e8m0_scales, mx_dequantize, mx_quantize
+from normlab.precision.modes import RoundingMode
+from normlab.precision.mx import MXTensor, e8m0_scales, mx_dequantize, mx_quantize
 from normlab.precision.nvfp4 import NVFP4Tensor, nvfp4_quantize
 from normlab.precision.random_bits import splitmix64, stochastic_words
-from normlab.precision.rounding import RoundingMode, quantize
+from normlab.precision.recipes import (
+    MXINT8,
+    Bf16Recipe,
+    BlockwiseFp8Recipe,
+    DelayedScaling,
+    Fp8CurrentRecipe,
+    Fp8DelayedRecipe,
+    MXRecipe,
+    NVFP4Recipe,
+)
+from normlab.precision.rounding import quantize
 
 __all__ = [
     "BFLOAT16",
@@ -79,16 +91,22 @@ __all__ = [
     "FLOAT32",
     "MXINT8",
     "NAMED_FORMATS",
+    "Bf16Recipe",
     "BitLayout",
+    "BlockwiseFp8Recipe",
     "BlockwiseTensor",
     "DelayedScaling",
     "DynamicLossScaler",
     "Format",
+    "Fp8CurrentRecipe",
+    "Fp8DelayedRecipe",
     "Fp8Meta",
     "Fp8Tensor",
     "LowPrecisionUpdater",
+    "MXRecipe",
     "MXTensor",
     "MasterWeights",
+    "NVFP4Recipe",
     "NVFP4Tensor",
     "NanConvention",
     "RoundingMode",

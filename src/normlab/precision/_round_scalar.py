@@ -22,7 +22,7 @@ import math
 from fractions import Fraction
 
 from normlab.precision.formats import Format
-from normlab.precision.rounding import RoundingMode
+from normlab.precision.modes import RoundingMode
 
 __all__ = ["round_scalar"]
 

@@ -23,8 +23,8 @@ from normlab.precision.rounding import (
     KIND_INF,
     KIND_NAN,
     RoundingMode,
-    _check_input,
     assemble,
+    check_input,
     quantize,
     round_components,
 )
@@ -77,7 +77,7 @@ def encode(x: Any, fmt: Format | str) -> np.ndarray:
     >>> encode(np.array([1.0, -2.0], np.float32), "e4m3").tolist()
     [56, 192]
     """
-    arr = _check_input(x)
+    arr = check_input(x)
     fmt = get_format(fmt)
     sign, n, qe, kind = round_components(arr, fmt, RoundingMode.TOWARD_ZERO, False, None)
     back = assemble(sign, n, qe, kind, arr.dtype)

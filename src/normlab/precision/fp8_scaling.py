@@ -1,33 +1,32 @@
-"""Per-tensor FP8 scaling: current scaling and Transformer Engine's delayed scaling.
+r"""Per-tensor FP8 scaling: current scaling and Transformer Engine's delayed scaling.
 
-Contract: an FP8 tensor is ``data = sat_round(x * scale)`` (values of E4M3 or E5M2, held in
-float32) plus ``scale_inv = float32(1 / scale)``; ``dequantize() = data * scale_inv``.
-Overflow saturates to +-max (Transformer Engine casts with saturation); NaN stays NaN.
-``x * scale`` is formed in float64 for float64 input (any byte order), else in float32.
+Contract: an FP8 tensor is `data = sat_round(x * scale)` (values of E4M3 or E5M2, held in
+float32) plus `scale_inv = float32(1 / scale)`; `dequantize() = data * scale_inv`.
+Overflow saturates to $\pm$max (Transformer Engine casts with saturation); NaN stays NaN.
+`x * scale` is formed in float64 for float64 input (any byte order), else in float32.
 
-Current scaling (TE ``Float8CurrentScaling``; its scale rule is
-``transformer_engine/common/recipe/recipe_common.cuh``, ``compute_scale_from_amax``):
-``a = max(amax(x), amax_epsilon)``; scale 1 if a is 0, inf or NaN; else
-``scale = (fp8_max * 2^-margin) / a`` in float32, inf -> FLT_MAX; with
-``power_of_2_scales`` the scale's float32 mantissa is cleared (rounded down to a power
-of two, so FLT_MAX -> 2^127).
+Current scaling (TE `Float8CurrentScaling`): the scale comes from the tensor's own amax by
+[scale_from_amax][normlab.precision.scales.scale_from_amax] (TE's
+`compute_scale_from_amax`): $a = \max(\mathrm{amax}(x), \epsilon)$,
+$s = m_{fp8} \cdot 2^{-\mathrm{margin}} / a$ in float32, 1 when $a$ is 0, inf or NaN,
+float32's max when the quotient overflows, and with `power_of_2_scales` rounded down to a
+power of two.
 
-Delayed scaling (TE ``DelayedScaling``; Micikevicius et al., "FP8 Formats for Deep
+Delayed scaling (TE `DelayedScaling`; Micikevicius et al., "FP8 Formats for Deep
 Learning", 2022): each tensor keeps an amax history of length L, zero at the start, and a
-scale (1.0 at the start). ``quantize`` uses the *current* scale and records the tensor's
-amax into slot 0 (as a running max if the tensor is quantised several times in a step).
-``update`` (once per step, after backward) computes the new scale from the history and
-rolls it, by one of TE's two updates, chosen by ``DelayedScaling.update``: ``"fused"``,
-TE 2.x's default (``delayed_scaling.cu``: NaN amaxes are skipped; a step whose amax is 0
-neither rolls the history nor changes the scale) or ``"unfused"``
-(``NVTE_UNFUSED_FP8_UPDATE``, ``fp8.py``: ``torch.max``, a NaN freezes the scale while it
-is in the window). :mod:`normlab.precision._delayed_update` states both exactly.
-HYBRID: E4M3 for forward tensors, E5M2 for gradients.
+scale (1.0 at the start). `quantize` uses the *current* scale and records the tensor's
+amax into slot 0 (a running max if the tensor is quantised several times in a step);
+`update` (once per step, after backward) computes the new scale from the history and
+rolls it, by TE 2.x's fused rule or TE's unfused one, chosen by
+[DelayedScaling][normlab.precision.DelayedScaling]`.update`; both are
+[delayed_update][normlab.precision.scales.delayed_update]. HYBRID: E4M3 for forward
+tensors, E5M2 for gradients. The settings live in [normlab.precision.recipes][]; the
+arithmetic in [normlab.precision.scales][] and [normlab.precision.recipe_core][], shared
+with the torch twin and the training layer.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -35,10 +34,11 @@ from typing import Any
 import numpy as np
 
 from normlab._validate import as_float_array, check_finite_real, check_int
-from normlab.precision import _blocks
-from normlab.precision import _delayed_update as _du
-from normlab.precision.formats import FLOAT8_E4M3FN, FLOAT8_E5M2, Format, get_format
-from normlab.precision.rounding import quantize
+from normlab.precision import recipe_core as core
+from normlab.precision import scales
+from normlab.precision.formats import Format, get_format
+from normlab.precision.namespace import NUMPY, ArrayNamespace, namespace_of
+from normlab.precision.recipes import DelayedScaling
 
 __all__ = [
     "DelayedScaling",
@@ -49,83 +49,161 @@ __all__ = [
     "quantize_current_scaling",
 ]
 
-_FORMATS = ("HYBRID", "E4M3", "E5M2")
-_ALGOS = ("max", "most_recent")
-_ROLES = ("forward", "backward")
-
 
 def compute_scale(amax: float, fp8_max: float, margin: int = 0, previous: float = 1.0, *,
                   update: str = "fused") -> float:
-    """The float32 scale for one amax; ``previous`` if amax is 0, inf or NaN.
+    r"""The float32 scale for one amax; `previous` if the amax is 0, inf or NaN.
 
-    ``"fused"`` (TE 2.x): ``(fp8_max * 2^-margin) / amax``; ``"unfused"``:
-    ``(fp8_max / amax) / 2^margin``; an infinite scale becomes FLT_MAX, one below 2^-127
-    becomes 2^-127 (see :mod:`normlab.precision._delayed_update`).
+    [scale_from_amax][normlab.precision.scales.scale_from_amax] on one number:
+    `"fused"` (TE 2.x) forms $(m_{fp8} \cdot 2^{-\mathrm{margin}}) / \mathrm{amax}$,
+    `"unfused"` $(m_{fp8} / \mathrm{amax}) / 2^{\mathrm{margin}}$; an infinite scale
+    becomes float32's max, one below $2^{-127}$ becomes $2^{-127}$.
 
-    Example
+    Parameters
+    ----------
+    amax : float
+        The amax.
+    fp8_max : float
+        The format's largest value.
+    margin : int, optional
+        Default 0.
+    previous : float, optional
+        The scale kept for an amax of 0, inf or NaN. Default 1.
+    update : {"fused", "unfused"}, optional
+        Default `"fused"`.
+
+    Returns
     -------
+    scale : float
+        A float32 value.
+
+    Examples
+    --------
     >>> compute_scale(3.5, 448.0), compute_scale(0.0, 448.0, previous=2.0)
     (128.0, 2.0)
     """
-    if update not in _du.UPDATES:
-        raise ValueError(f"update must be one of {_du.UPDATES}; got {update!r}")
-    return _du.scale_from_amax(amax, previous, fp8_max, check_int(margin, "margin"), update)
-
-
-def _amax(x: np.ndarray) -> float:
-    """max |x| (NaN if x holds a NaN; 0 for an empty array)."""
-    if x.size == 0:
-        return 0.0
-    return float(np.max(np.abs(x.astype(np.float64))))
+    if update not in scales.UPDATES:
+        raise ValueError(f"update must be one of {scales.UPDATES}; got {update!r}")
+    with np.errstate(over="ignore"):
+        a = np.float32(amax)
+    s = scales.scale_from_amax(a, fp8_max, margin=check_int(margin, "margin"),
+                        previous=np.float32(previous), update=update, xp=NUMPY)
+    return float(s)
 
 
 @dataclass(frozen=True)
 class Fp8Tensor:
-    """An FP8 tensor: ``data`` (float32 values of ``fmt``), ``scale``, ``scale_inv``, ``amax``."""
+    """An FP8 tensor: `data * scale_inv` approximates the input.
 
-    data: np.ndarray
-    scale: float
-    scale_inv: float
+    The result of [fp8_quantize][normlab.precision.fp8_quantize] and its torch twin: NumPy
+    arrays and floats here, tensors on the input's device (0-d for the scalars) there.
+
+    Attributes
+    ----------
+    data : numpy.ndarray or torch.Tensor
+        float32 values of `fmt`, the input's shape.
+    scale : float or torch.Tensor
+        The float32 scale `data` was formed with.
+    scale_inv : float or torch.Tensor
+        `float32(1 / scale)`.
+    fmt : Format
+        E4M3 or E5M2 (or any format).
+    amax : float or torch.Tensor
+        max |x| of the input (NaN if it held one; float64).
+    """
+
+    data: Any
+    scale: Any
+    scale_inv: Any
     fmt: Format
-    amax: float
+    amax: Any
 
-    def dequantize(self) -> np.ndarray:
-        """``data * scale_inv`` in float32."""
-        return self.data * np.float32(self.scale_inv)
+    def dequantize(self) -> Any:
+        """`data * scale_inv` in float32 (a product beyond float32's range is inf)."""
+        xp = namespace_of(self.data)
+        with xp.quiet():
+            return self.data * xp.astype(self.scale_inv, "float32")
 
 
 def fp8_quantize(x: Any, fmt: Format | str, scale: float) -> Fp8Tensor:
-    """``sat_round(x * scale)`` with x * scale formed in float32 (float64 input: float64).
+    """`sat_round(x * scale)` with `x * scale` formed in float32 (float64 input: float64).
 
-    Example
+    Parameters
+    ----------
+    x : array_like
+        The values to quantise (any float dtype).
+    fmt : Format or str
+        E4M3, E5M2 or any format.
+    scale : float
+        The encode scale: a finite float32 > 0.
+
+    Returns
     -------
+    t : Fp8Tensor
+        `data`, `scale`, `scale_inv` and the input's amax.
+
+    Raises
+    ------
+    ValueError
+        If `scale` is not a finite float32 > 0.
+
+    Examples
+    --------
     >>> fp8_quantize(np.array([1.0, 1000.0], np.float32), "e4m3", 1.0).data.tolist()
     [1.0, 448.0]
     """
     arr = as_float_array(x, "x")
     f = get_format(fmt)
-    s = float(np.float32(scale))
-    if not (math.isfinite(s) and s > 0):
+    with np.errstate(over="ignore"):
+        s = np.float32(check_finite_real(scale, "scale"))
+    if not (np.isfinite(s) and s > 0):
         raise ValueError(f"scale must be a finite float32 > 0; got {scale!r}")
-    work = _blocks.work_dtype(arr)  # '>f8' included
-    wide: np.ndarray = arr.astype(work)
-    with np.errstate(over="ignore", invalid="ignore"):
-        scaled = wide * work.type(s)
-    data = quantize(scaled, f, saturate=True).astype(np.float32)
-    return Fp8Tensor(data, s, float(np.float32(1.0) / np.float32(s)), f, _amax(arr))
+    return _fp8_tensor(arr, f, s)
+
+
+def _fp8_tensor(arr: np.ndarray, fmt: Format, scale: Any) -> Fp8Tensor:
+    data, inv = core.per_tensor_quantize(arr, fmt, scale, xp=NUMPY)
+    amax = float(core.tensor_amax(arr, xp=NUMPY))
+    return Fp8Tensor(data, float(scale), float(inv), fmt, amax)
 
 
 def quantize_current_scaling(x: Any, fmt: Format | str = "e4m3", *, margin: int = 0,
                              amax_epsilon: float = 0.0,
                              power_of_2_scales: bool = False) -> Fp8Tensor:
-    """Per-tensor current scaling: the scale comes from this tensor's own amax.
+    r"""Per-tensor current scaling: the scale comes from this tensor's own amax.
 
-    ``a = max(amax(x), amax_epsilon)``, ``scale = (fp8_max * 2^-margin) / a`` (1 when a is
-    0, inf or NaN), rounded down to a power of two with ``power_of_2_scales`` (TE
-    ``Float8CurrentScaling`` and ``compute_scale_from_amax``; see the module header).
+    $a = \max(\mathrm{amax}(x), \epsilon)$,
+    $s = m_{fp8} \cdot 2^{-\mathrm{margin}} / a$ (1 when $a$ is 0, inf or NaN), rounded
+    down to a power of two with `power_of_2_scales` (TE `Float8CurrentScaling`; see the
+    module header).
 
-    Example
+    Parameters
+    ----------
+    x : array_like
+        Float input.
+    fmt : Format or str, optional
+        Default `"e4m3"`.
+    margin : int, optional
+        Default 0.
+    amax_epsilon : float, optional
+        Lower bound $\epsilon \ge 0$ on the amax. Default 0.
+    power_of_2_scales : bool, optional
+        Default False.
+
+    Returns
     -------
+    t : Fp8Tensor
+        The data, scales and amax.
+
+    Raises
+    ------
+    TypeError
+        Non-float `x`, a non-int margin, a non-bool flag.
+    ValueError
+        A negative or non-finite `amax_epsilon`, an unknown format.
+
+    Examples
+    --------
     >>> t = quantize_current_scaling(np.array([0.5, -2.0], np.float32), "e4m3")
     >>> t.scale, t.data.tolist()
     (224.0, [112.0, -448.0])
@@ -134,79 +212,46 @@ def quantize_current_scaling(x: Any, fmt: Format | str = "e4m3", *, margin: int 
     """
     arr = as_float_array(x, "x")
     f = get_format(fmt)
+    return _fp8_tensor(arr, f, current_scale_of(arr, f, margin, amax_epsilon, power_of_2_scales,
+                                                xp=NUMPY))
+
+
+def current_scale_of(x: Any, fmt: Format, margin: Any, amax_epsilon: Any,
+                     power_of_2_scales: Any, *, xp: ArrayNamespace) -> Any:
+    """The checks of [quantize_current_scaling][normlab.precision.quantize_current_scaling],
+    shared with its torch twin, then the current scale of `x` (an array of `xp`)."""
     m = check_int(margin, "margin")
     eps = check_finite_real(amax_epsilon, "amax_epsilon")
     if eps < 0:
         raise ValueError(f"amax_epsilon must be >= 0; got {amax_epsilon!r}")
     if not isinstance(power_of_2_scales, (bool, np.bool_)):
         raise TypeError(f"power_of_2_scales must be a bool; got {power_of_2_scales!r}")
-    a = _amax(arr)
-    if a < eps:  # NaN stays NaN (NaN < eps is False), as in TE
-        a = eps
-    scale = _du.scale_from_amax(a, 1.0, f.max, m, "fused")
-    if power_of_2_scales:
-        scale = _pow2_floor(scale)
-    return fp8_quantize(arr, f, scale)
-
-
-def _pow2_floor(scale: float) -> float:
-    """The float32 scale with its mantissa bits cleared (TE's power-of-two scales)."""
-    bits = np.array(scale, np.float32).view(np.uint32) & np.uint32(0xFF800000)
-    return float(bits.view(np.float32))
-
-
-@dataclass(frozen=True)
-class DelayedScaling:
-    """Transformer Engine's delayed-scaling recipe (settings only; state is in Fp8Meta).
-
-    Parameters
-    ----------
-    margin: integer; scales are divided by 2^margin. amax_history_len: integer >= 1.
-    amax_compute_algo: ``"max"`` or ``"most_recent"``.
-    fp8_format: ``"HYBRID"`` (E4M3 forward, E5M2 backward), ``"E4M3"`` or ``"E5M2"``.
-    update: ``"fused"`` (TE 2.x default, ``delayed_scaling.cu``) or ``"unfused"``
-    (``NVTE_UNFUSED_FP8_UPDATE``, ``fp8.py``); see :mod:`normlab.precision._delayed_update`.
-
-    Example
-    -------
-    >>> DelayedScaling(amax_history_len=16).format_for("backward").name
-    'float8_e5m2'
-    """
-
-    margin: int = 0
-    amax_history_len: int = 1024
-    amax_compute_algo: str = "max"
-    fp8_format: str = "HYBRID"
-    update: str = "fused"
-
-    def __post_init__(self) -> None:
-        check_int(self.margin, "margin")
-        check_int(self.amax_history_len, "amax_history_len", minimum=1)
-        if self.amax_compute_algo not in _ALGOS:
-            raise ValueError(f"amax_compute_algo must be one of {_ALGOS}; "
-                             f"got {self.amax_compute_algo!r}")
-        if isinstance(self.fp8_format, str):  # accept "hybrid", "e4m3" too
-            object.__setattr__(self, "fp8_format", self.fp8_format.upper())
-        if self.fp8_format not in _FORMATS:
-            raise ValueError(f"fp8_format must be one of {_FORMATS}; got {self.fp8_format!r}")
-        if self.update not in _du.UPDATES:
-            raise ValueError(f"update must be one of {_du.UPDATES}; got {self.update!r}")
-
-    def format_for(self, role: str) -> Format:
-        """The FP8 format of a ``"forward"`` tensor or a ``"backward"`` (gradient) tensor."""
-        if role not in _ROLES:
-            raise ValueError(f"role must be one of {_ROLES}; got {role!r}")
-        if self.fp8_format == "E5M2" or (self.fp8_format == "HYBRID" and role == "backward"):
-            return FLOAT8_E5M2
-        return FLOAT8_E4M3FN
+    return core.current_scale(x, fmt, margin=m, epsilon=eps,
+                              power_of_2_scales=bool(power_of_2_scales), xp=xp)
 
 
 @dataclass
 class Fp8Meta:
     """Delayed-scaling state of one tensor: amax history (L,), scale, scale_inv.
 
-    Example
-    -------
+    Attributes
+    ----------
+    recipe : DelayedScaling
+        The settings (an [Fp8DelayedRecipe][normlab.precision.recipes.Fp8DelayedRecipe]
+        works too).
+    role : {"forward", "backward"}
+        Picks the format under HYBRID. Default `"forward"`.
+    amax_history : numpy.ndarray
+        float32, shape (L,); slot 0 is the current step's running max.
+    scale : float
+        The float32 scale the next quantisation uses (1 at the start).
+    scale_inv : float
+        `float32(1 / scale)`.
+    fmt : Format
+        The FP8 format of `role`.
+
+    Examples
+    --------
     >>> meta = Fp8Meta(DelayedScaling(amax_history_len=2))
     >>> meta.quantize(np.array([2.0], np.float32)).data.tolist(); meta.update(); meta.scale
     [2.0]
@@ -227,28 +272,31 @@ class Fp8Meta:
         self.amax_history = np.zeros(self.recipe.amax_history_len, np.float32)  # L
 
     def quantize(self, x: Any) -> Fp8Tensor:
-        """Quantise with the current scale and record amax(x) into history slot 0."""
+        """Quantise with the current scale and record amax(x) into history slot 0 (a
+        running max over the step; a NaN sticks until the slot is zeroed)."""
         t = fp8_quantize(x, self.fmt, self.scale)
-        h0 = float(self.amax_history[0])
-        # running max over the step; a NaN amax sticks until the slot is zeroed
-        self.amax_history[0] = (
-            math.nan if math.isnan(h0) or math.isnan(t.amax) else max(h0, t.amax)
-        )
+        with np.errstate(over="ignore"):
+            self.amax_history = scales.record_amax(self.amax_history, np.float64(t.amax), xp=NUMPY)
         return t
 
     def update(self) -> None:
-        """End of step: amax from the history, new scale and scale_inv, then roll."""
+        """End of step: amax from the history, new scale and scale_inv, then roll
+        ([delayed_update][normlab.precision.scales.delayed_update])."""
         r = self.recipe
-        step = _du.fused_update if r.update == "fused" else _du.unfused_update
-        self.amax_history, self.scale = step(self.amax_history, self.scale, self.fmt.max,
-                                             r.margin, r.amax_compute_algo)
+        history, scale = scales.delayed_update(
+            self.amax_history, np.float32(self.scale), self.fmt.max, margin=r.margin,
+            amax_compute_algo=r.amax_compute_algo, update=r.update, xp=NUMPY)
+        self.amax_history, self.scale = history, float(scale)
         self.scale_inv = float(np.float32(1.0) / np.float32(self.scale))
 
     def state_dict(self) -> dict[str, Any]:
-        """The state as NumPy arrays and Python scalars (safe for ``np.savez`` and pickle).
+        """The state as NumPy arrays and Python scalars (safe for `np.savez` and pickle).
 
-        Keys: ``amax_history`` (float32, L), ``scale``, ``scale_inv`` (floats), ``role``,
-        ``fp8_format``, ``amax_history_len`` (checked on load against this meta).
+        Returns
+        -------
+        state : dict
+            `amax_history` (float32, L), `scale`, `scale_inv` (floats), `role`,
+            `fp8_format`, `amax_history_len` (checked on load against this meta).
         """
         return {"amax_history": self.amax_history.copy(), "scale": float(self.scale),
                 "scale_inv": float(self.scale_inv), "role": self.role,
@@ -256,14 +304,23 @@ class Fp8Meta:
                 "amax_history_len": int(self.recipe.amax_history_len)}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore from :meth:`state_dict` (0-d arrays from ``np.load`` accepted).
+        """Restore from `state_dict()` (0-d arrays from `np.load` accepted).
 
-        ``scale_inv`` is recomputed from ``scale``. Everything is validated before
-        anything changes; a mismatch (another history
-        length, role or format, a scale that is not a finite float32 > 0) raises
-        ValueError/TypeError and leaves the meta as it was.
+        `scale_inv` is recomputed from `scale`. Everything is validated before anything
+        changes.
+
+        Parameters
+        ----------
+        state : Mapping
+            The keys of `state_dict()`.
+
+        Raises
+        ------
+        ValueError, TypeError
+            Another history length, role or format, or a scale that is not a finite
+            float32 > 0; the meta is left as it was.
         """
-        history, scale = _checked_state(state, self)
+        history, scale = checked_meta_state(state, self.role, self.recipe)
         self.amax_history, self.scale = history, scale
         self.scale_inv = float(np.float32(1.0) / np.float32(scale))
 
@@ -276,16 +333,19 @@ def _item(state: Mapping[str, Any], key: str) -> Any:
     return v.item() if isinstance(v, np.ndarray) and v.ndim == 0 else v
 
 
-def _checked_state(state: Mapping[str, Any], meta: Fp8Meta) -> tuple[np.ndarray, float]:
-    for key, want in (("role", meta.role), ("fp8_format", meta.recipe.fp8_format),
-                      ("amax_history_len", meta.recipe.amax_history_len)):
+def checked_meta_state(state: Mapping[str, Any], role: str,
+                       recipe: DelayedScaling) -> tuple[np.ndarray, float]:
+    """(history float32 (L,), scale) from a delayed-scaling state dict, validated against
+    the meta's `role` and `recipe` (shared by the NumPy and torch metas)."""
+    for key, want in (("role", role), ("fp8_format", recipe.fp8_format),
+                      ("amax_history_len", recipe.amax_history_len)):
         got = _item(state, key)
         if got != want or type(got) is bool:
             raise ValueError(f"state[{key!r}] must equal this meta's {want!r}; got {got!r}")
     h = as_float_array(_item(state, "amax_history"), "state['amax_history']")
-    if h.shape != (meta.recipe.amax_history_len,):
+    if h.shape != (recipe.amax_history_len,):
         raise ValueError(f"state['amax_history'] must have shape "
-                         f"({meta.recipe.amax_history_len},); got {h.shape}")
+                         f"({recipe.amax_history_len},); got {h.shape}")
     scale = check_finite_real(_item(state, "scale"), "state['scale']")
     if not 0 < scale <= float(np.finfo(np.float32).max):
         raise ValueError(f"state['scale'] must be a finite float32 > 0; got {scale!r}")

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from normlab._validate import as_float_array, check_int
-from normlab.precision import _blocks
+from normlab.precision.namespace import NUMPY, ArrayNamespace, namespace_of
 from normlab.precision.random_bits import check_seed, splitmix64
 
 __all__ = ["hadamard_matrix", "inverse_random_hadamard_transform",
@@ -49,27 +49,42 @@ def hadamard_matrix(b: int) -> np.ndarray:
     return h
 
 
-def _signs(seed: Any, b: int) -> np.ndarray:
+def rht_signs(seed: Any, b: int) -> np.ndarray:
+    r"""The sign vector $d_j = 1 - 2 (\mathrm{splitmix64}(seed + j) \gg 63)$, float64 (b,)."""
     counter = np.arange(b, dtype=np.uint64) + np.uint64(check_seed(seed))  # b, mod 2^64
     return 1.0 - 2.0 * (splitmix64(counter) >> np.uint64(63)).astype(np.float64)  # b
 
 
+def rht_matrix(block: int, seed: Any, *, inverse: bool = False) -> np.ndarray:
+    r"""The b x b float64 matrix of the transform, $M = D H_b / \sqrt{b}$, or of its inverse
+    $M^T = H_b D / \sqrt{b}$; every backend builds its transform from this one matrix."""
+    h = hadamard_matrix(block)
+    d = rht_signs(seed, block)
+    return (h * d[None, :] if inverse else h * d[:, None]) / np.sqrt(block)  # b,b
+
+
+def rht_apply(x: Any, m: Any, axis: int, *, xp: ArrayNamespace | None = None) -> Any:
+    """`x @ m` on every block of `m.shape[0]` elements along `axis` (one matmul; its
+    summation order is the backend's). `x.shape[axis]` must be a multiple of the block."""
+    xp = namespace_of(x) if xp is None else xp
+    b = m.shape[0]
+    moved = xp.moveaxis(x, axis, -1)  # ...,N
+    blocks = xp.reshape(moved, (*moved.shape[:-1], moved.shape[-1] // b, b))  # ...,nB,b
+    return xp.moveaxis(xp.reshape(blocks @ m, tuple(moved.shape)), -1, axis)
+
+
 def _apply(x: Any, block: int, seed: int, axis: int, inverse: bool) -> np.ndarray:
     arr = as_float_array(x, "x", min_ndim=1)
-    h = hadamard_matrix(block)
-    d = _signs(seed, block)
+    m = rht_matrix(block, seed, inverse=inverse)
     ax = check_int(axis, "axis")
     if not -arr.ndim <= ax < arr.ndim:
         raise ValueError(f"axis must be in [-{arr.ndim}, {arr.ndim}); got {axis}")
     n = arr.shape[ax]
     if n % block:
         raise ValueError(f"x.shape[{ax}] = {n} is not a multiple of block = {block}")
-    work = _blocks.work_dtype(arr)
-    m = (h * d[:, None] if not inverse else h * d[None, :]) / np.sqrt(block)  # b,b
-    moved = np.moveaxis(arr.astype(work), ax, -1)  # ...,N
-    blocks = moved.reshape(*moved.shape[:-1], n // block, block)  # ...,nB,b
-    out = (blocks @ m.astype(work)).reshape(moved.shape)  # ...,N
-    return np.moveaxis(out, -1, ax)
+    work = NUMPY.work(arr)
+    out: np.ndarray = rht_apply(work, m.astype(work.dtype), ax, xp=NUMPY)
+    return out
 
 
 def random_hadamard_transform(x: Any, block: int = 16, *, seed: int,

@@ -60,7 +60,6 @@ reproduces the words bit for bit from the seed alone.
 
 from __future__ import annotations
 
-import enum
 from typing import Any
 
 import numpy as np
@@ -68,26 +67,12 @@ import numpy as np
 from normlab import _backend
 from normlab._validate import check_out
 from normlab.precision.formats import Format, get_format
+from normlab.precision.modes import REFERENCE_ONLY_MODES, RoundingMode, check_mode
 from normlab.precision.random_bits import stochastic_source, stochastic_words
 
 __all__ = ["RoundingMode", "quantize"]
 
-
-class RoundingMode(enum.Enum):
-    """Rounding modes of :func:`quantize` (the strings are accepted too)."""
-
-    NEAREST = "nearest"  # to nearest, ties to even
-    STOCHASTIC = "stochastic"  # up with probability equal to the fractional position
-    TOWARD_ZERO = "toward_zero"  # truncate the magnitude
-    NEAREST_AWAY = "nearest_away"  # to nearest, ties away from zero
-    TOWARD_POSITIVE = "toward_positive"  # up to the next value >= x (ceil)
-    TOWARD_NEGATIVE = "toward_negative"  # down to the next value <= x (floor)
-
-
 REFERENCE_CHUNK = 1 << 16  # elements the reference rounds at once (bounds its temporaries)
-# Served only by the reference (the registered kernel predates them).
-REFERENCE_ONLY_MODES = frozenset({RoundingMode.TOWARD_POSITIVE, RoundingMode.TOWARD_NEGATIVE})
-
 
 # Input types: (stored mantissa bits F, exponent bias, width, unsigned view type).
 _INPUT = {
@@ -230,16 +215,8 @@ def assemble(
     return out.astype(utype).view(dtype)
 
 
-def _check_mode(rounding: Any) -> RoundingMode:
-    try:
-        return RoundingMode(rounding)
-    except ValueError:
-        raise ValueError(
-            f"rounding must be one of {[r.value for r in RoundingMode]}; got {rounding!r}"
-        ) from None
-
-
-def _check_input(x: Any) -> np.ndarray:
+def check_input(x: Any) -> np.ndarray:
+    """x as a native-order float32/float64 ndarray, or TypeError (the check of `quantize`)."""
     arr: np.ndarray | None = None
     if isinstance(x, np.ndarray):
         arr = x
@@ -333,9 +310,9 @@ def quantize(
     >>> quantize(np.array([1.0625] * 4), "e4m3", rounding="stochastic", seed=0).tolist()
     [1.125, 1.125, 1.125, 1.0]
     """
-    arr = _check_input(x)
+    arr = check_input(x)
     fmt = get_format(fmt)
-    mode = _check_mode(rounding)
+    mode = check_mode(rounding)
     if not isinstance(saturate, (bool, np.bool_)):
         raise TypeError(f"saturate must be a bool; got {saturate!r}")
     seed_, words = stochastic_source(mode is RoundingMode.STOCHASTIC, rng, seed, random_bits,

@@ -19,6 +19,7 @@ from normlab.torch.blockwise import BlockwiseTensor, blockwise_quantize
 from normlab.torch.formats import get_format
 from normlab.torch.hadamard import inverse_random_hadamard_transform, random_hadamard_transform
 from normlab.torch.mx import MXTensor, mx_quantize
+from normlab.torch.namespace import TORCH  # noqa: F401  (registers the torch namespace)
 from normlab.torch.nvfp4 import NVFP4Tensor, nvfp4_quantize
 from normlab.torch.quantize import quantize, splitmix64, stochastic_words
 from normlab.torch.scaling import Fp8Meta, Fp8Tensor, fp8_quantize, quantize_current_scaling

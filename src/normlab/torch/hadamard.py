@@ -14,42 +14,29 @@ NVFP4", 2025, sec. 4.2.
 
 from __future__ import annotations
 
-import math
-
 from normlab._validate import check_int
-from normlab.precision.hadamard import hadamard_matrix
-from normlab.precision.random_bits import check_seed
-from normlab.torch import _blocks
+from normlab.precision.hadamard import rht_apply, rht_matrix
 from normlab.torch._import import torch
-from normlab.torch.quantize import _check_tensor, splitmix64
+from normlab.torch.namespace import TORCH
+from normlab.torch.quantize import check_tensor
 
 __all__ = ["inverse_random_hadamard_transform", "random_hadamard_transform"]
 
 
-def _signs(seed: int, b: int, device: torch.device) -> torch.Tensor:
-    seed = check_seed(seed)
-    s = seed - 2**64 if seed >= 2**63 else seed  # the int64 with the uint64's bits
-    words = splitmix64(torch.arange(b, dtype=torch.int64, device=device) + s)  # b
-    return 1.0 - 2.0 * (words < 0).to(torch.float64)  # top bit set <=> negative int64
-
-
 def _apply(t: torch.Tensor, block: int, seed: int, axis: int, inverse: bool) -> torch.Tensor:
-    t = _check_tensor(t)
+    t = check_tensor(t)
     if t.dim() < 1:
         raise ValueError(f"x must have at least one dimension; got shape {tuple(t.shape)}")
-    h = torch.from_numpy(hadamard_matrix(block)).to(t.device)  # b,b float64
-    d = _signs(seed, block, t.device)
+    m = rht_matrix(block, seed, inverse=inverse)  # b,b float64, the NumPy side's matrix
     ax = check_int(axis, "axis")
     if not -t.dim() <= ax < t.dim():
         raise ValueError(f"axis must be in [-{t.dim()}, {t.dim()}); got {axis}")
     n = t.shape[ax]
     if n % block:
         raise ValueError(f"x.shape[{ax}] = {n} is not a multiple of block = {block}")
-    work = _blocks.work_dtype(t)
-    m = (h * d[:, None] if not inverse else h * d[None, :]) / math.sqrt(block)  # b,b
-    moved = t.detach().to(work).movedim(ax, -1)  # ...,N
-    blocks = moved.reshape(*moved.shape[:-1], n // block, block)  # ...,nB,b
-    return (blocks @ m.to(work)).reshape(moved.shape).movedim(-1, ax)
+    work = TORCH.work(t.detach())
+    return rht_apply(work, torch.from_numpy(m).to(device=t.device, dtype=work.dtype), ax,
+                     xp=TORCH)
 
 
 def random_hadamard_transform(t: torch.Tensor, block: int = 16, *, seed: int,

@@ -1,16 +1,20 @@
-"""``QuantLinear``: a ``torch.nn.Linear`` whose three GEMMs run in a recipe's formats.
+"""`QuantLinear`: a `torch.nn.Linear` whose three GEMMs run in a recipe's formats.
 
-Contract: same parameters, initialisation and call as ``torch.nn.Linear`` (input ``(..., K)``,
-output ``(..., N)``, weight ``(N, K)``), plus a ``recipe`` (:mod:`normlab.torch.recipes`).
+Contract: same parameters, initialisation and call as `torch.nn.Linear` (input `(..., K)`,
+output `(..., N)`, weight `(N, K)`), plus a `recipe` ([normlab.precision.recipes][]).
 Forward, input-gradient and weight-gradient GEMMs quantise their operands with blocks along
-their contraction dimension and accumulate in float32 (:mod:`normlab.torch._gemm`).
+their contraction dimension and accumulate in float32 (`normlab.torch._gemm`); every
+operand is the recipe's shared quantise step ([normlab.precision.recipe_core][]).
 
-Delayed scaling (``Fp8DelayedRecipe``) keeps, as buffers (so ``state_dict`` round-trips
-them), an amax history ``(3, L)`` and a scale ``(3,)`` for x, W and dy, with the semantics of
-:class:`normlab.precision.Fp8Meta`: a quantisation uses the current scale and records its
-amax into history slot 0 (running max); the first training forward after a step reduces
-slot 0 with MAX over the process group, computes the new scales and rolls the history
-(Transformer Engine updates its scales before the next forward in the same way).
+Delayed scaling (`Fp8DelayedRecipe`) keeps, as extra state (so `state_dict` round-trips
+it), an amax history `(3, L)` and a scale `(3,)` for x, W and dy: row i is exactly an
+[Fp8Meta][normlab.precision.Fp8Meta] with the recipe's settings, updated by the same
+functions ([record_amax][normlab.precision.scales.record_amax],
+[delayed_update][normlab.precision.scales.delayed_update]: TE 2.x's fused update by
+default, `update="unfused"` for TE's other path). A quantisation uses the current scale and
+records its amax into history slot 0 (running max); the first training forward after a
+step reduces slot 0 with MAX over the process group, computes the new scales and rolls the
+history (Transformer Engine updates its scales before the next forward in the same way).
 """
 
 from __future__ import annotations
@@ -18,20 +22,23 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
 import torch
 
 from normlab._validate import check_int
-from normlab.torch import _operands as ops
-from normlab.torch._gemm import ROLES, QuantLinearFunction
-from normlab.torch.distributed import reduce_amax
-from normlab.torch.recipes import (
+from normlab.precision import recipe_core as core
+from normlab.precision import scales
+from normlab.precision.hadamard import rht_matrix
+from normlab.precision.recipes import (
     Fp8CurrentRecipe,
     Fp8DelayedRecipe,
     NVFP4Recipe,
     Recipe,
     check_recipe,
 )
+from normlab.torch import _operands as ops
+from normlab.torch._gemm import ROLES, QuantLinearFunction
+from normlab.torch.distributed import reduce_amax
+from normlab.torch.namespace import TORCH
 
 __all__ = ["QuantLinear"]
 
@@ -95,10 +102,9 @@ class QuantLinear(torch.nn.Module):
             self.amax_history = torch.zeros(len(ROLES), r.amax_history_len, **f32)
         if isinstance(r, (Fp8DelayedRecipe, Fp8CurrentRecipe)):
             self.scale = torch.ones(len(ROLES), **f32)
-        if isinstance(r, NVFP4Recipe):
-            signs = np.random.default_rng([r.seed, 16]).choice([-1.0, 1.0], size=16)
-            self.register_buffer("hadamard_signs", torch.tensor(signs, **f32),
-                                 persistent=False)  # 16, fixed by the recipe's seed
+        if isinstance(r, NVFP4Recipe):  # the random Hadamard transform of the recipe's seed
+            m = torch.from_numpy(rht_matrix(16, r.seed % 2**64)).to(**f32)  # 16,16
+            self.register_buffer("hadamard_matrix", m, persistent=False)
 
     def get_extra_state(self) -> dict[str, Any]:
         """The recipe state: amax history, scales, pending flag, stochastic-rounding step."""
@@ -164,48 +170,50 @@ class QuantLinear(torch.nn.Module):
         return step
 
     def delayed_quantize(self, t: torch.Tensor, index: int) -> torch.Tensor:
-        """Quantise with the current scale of operand ``index``; record amax(t) in slot 0."""
+        """Quantise with the current scale of operand `index`; record amax(t) in slot 0
+        (in training), as [Fp8Meta.quantize][normlab.precision.Fp8Meta.quantize]."""
         r = self.recipe
         assert isinstance(r, Fp8DelayedRecipe)
         fmt = r.format_for("backward" if ROLES[index] == "dy" else "forward")
         assert self.scale is not None and self.amax_history is not None
         out = ops.per_tensor(t, fmt, self.scale[index])
         if self.training:
-            amax = t.abs().amax().to(torch.float32)
-            h0 = self.amax_history[index, 0]
-            nan = torch.isnan(h0) | torch.isnan(amax)
-            self.amax_history[index, 0] = torch.where(nan, torch.nan, torch.maximum(h0, amax))
+            amax = core.tensor_amax(t, xp=TORCH)
+            row = self.amax_history[index]  # L
+            self.amax_history[index] = scales.record_amax(row, amax, xp=TORCH)
             self.pending = True
         return out
 
     def current_quantize(self, t: torch.Tensor, index: int) -> torch.Tensor:
-        """Quantise with the scale of amax(t), reduced over the group; keep it in ``scale``."""
+        """Quantise with the scale of amax(t), reduced over the group; keep it in `scale`."""
         r = self.recipe
         assert isinstance(r, Fp8CurrentRecipe)
         fmt = r.format_for("backward" if ROLES[index] == "dy" else "forward")
-        amax = self.reduce(t.abs().amax().reshape(1).to(torch.float32))  # 1
-        scale = ops.scale_from_amax(amax[0], fmt.max, r.margin)
+        amax = self.reduce(core.tensor_amax(t, xp=TORCH).reshape(1).to(torch.float32))  # 1
+        scale = core.current_scale(t, fmt, margin=r.margin, epsilon=r.amax_epsilon,
+                                   power_of_2_scales=r.power_of_2_scales, amax=amax[0],
+                                   xp=TORCH)
         assert self.scale is not None
         self.scale[index] = scale
         return ops.per_tensor(t, fmt, scale)
 
     def update_scales(self) -> None:
-        """End of a step for delayed scaling: reduce slot 0, new scales, roll the history."""
+        """End of a step for delayed scaling: reduce slot 0, then per operand the update of
+        [Fp8Meta.update][normlab.precision.Fp8Meta.update] (new scale, rolled history)."""
         r = self.recipe
         if not isinstance(r, Fp8DelayedRecipe) or not self.pending:
             return
         assert self.scale is not None and self.amax_history is not None
         slot0 = self.reduce(self.amax_history[:, 0].clone())  # 3
         self.amax_history[:, 0] = slot0
-        h = self.amax_history
-        amax = h.amax(dim=1) if r.amax_compute_algo == "max" else h[:, 0]  # 3
-        nan = torch.isnan(h).any(dim=1) if r.amax_compute_algo == "max" else torch.isnan(amax)
-        amax = torch.where(nan, torch.nan, amax)  # NaN keeps the previous scale
+        rows = []
         for i, role in enumerate(ROLES):
             fmt = r.format_for("backward" if role == "dy" else "forward")
-            self.scale[i] = ops.scale_from_amax(amax[i], fmt.max, r.margin, self.scale[i])
-        self.amax_history.copy_(torch.roll(h, -1, dims=1))
-        self.amax_history[:, 0] = 0.0
+            rows.append(scales.delayed_update(
+                self.amax_history[i], self.scale[i], fmt.max, margin=r.margin,
+                amax_compute_algo=r.amax_compute_algo, update=r.update, xp=TORCH))
+        self.amax_history.copy_(torch.stack([h for h, _ in rows]))  # 3,L
+        self.scale.copy_(torch.stack([s for _, s in rows]))  # 3
         self.pending = False
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -38,8 +38,8 @@ from normlab.precision.formats import (
     FLOAT16,
     Format,
 )
+from normlab.precision.modes import RoundingMode, check_mode
 from normlab.precision.random_bits import check_seed
-from normlab.precision.rounding import RoundingMode, _check_mode
 from normlab.torch._cpuround import nearest_chunks, use_chunks
 from normlab.torch._import import torch
 from normlab.torch._stochastic import fast_kernel, round_chunked, splitmix64, stochastic_words
@@ -209,7 +209,8 @@ def _nearest_by_cast(x: torch.Tensor, fmt: Format, saturate: bool) -> torch.Tens
     return torch.where(bad, torch.copysign(torch.tensor(float("nan")), x), y)
 
 
-def _check_tensor(t: Any) -> torch.Tensor:
+def check_tensor(t: Any) -> torch.Tensor:
+    """`t` if it is a tensor of float32, float64, bfloat16 or float16, else TypeError."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(
             f"t must be a torch.Tensor; got {type(t).__name__}. For NumPy arrays use "
@@ -332,9 +333,9 @@ def quantize(
     >>> quantize(torch.tensor([1.0 + 2**-8]), "bf16")
     tensor([1.])
     """
-    t = _check_tensor(t)
+    t = check_tensor(t)
     fmt = get_format(fmt)
-    mode = _check_mode(rounding)
+    mode = check_mode(rounding)
     if not isinstance(saturate, bool):
         raise TypeError(f"saturate must be a bool; got {saturate!r}")
     seed, words = _check_randomness(mode, seed, random_bits, t)
