@@ -101,9 +101,9 @@ class ConvertSummary:
                 f"{counts['unchanged']} unchanged, {counts['left alone']} left alone")
         rows = [head]
         for d in self.layers:
-            recipe = "" if d.recipe is None else type(d.recipe).__name__
-            note = f"  ({d.reason})" if d.reason else ""
-            rows.append(f"  {d.action:<10} {d.name or '<root>'}: {d.kind} {recipe}{note}")
+            recipe = "" if d.recipe is None else f" -> {type(d.recipe).__name__}"
+            note = f" ({d.reason})" if d.reason else ""
+            rows.append(f"  {d.action:<10} {d.name}: {d.kind}{recipe}{note}")
         return "\n".join(rows)
 
 
