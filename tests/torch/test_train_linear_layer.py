@@ -106,6 +106,18 @@ def test_to_empty_alone_rebuilds_the_recipe_state() -> None:
     assert torch.equal(meta.to_empty(device="cpu").hadamard_signs, signs)
 
 
+def test_casting_the_model_keeps_the_recipe_state_float32_and_unrounded() -> None:
+    model = convert(_mlp(), Fp8DelayedRecipe(amax_history_len=4))
+    for step in range(3):
+        model(_x(step) * 1.01).sum().backward()
+    model[0].update_scales()
+    scale, history = model[0].scale.clone(), model[0].amax_history.clone()
+    assert not torch.equal(scale.to(torch.bfloat16).float(), scale)  # bf16 would round it
+    model.to(torch.bfloat16)
+    assert model[0].weight.dtype == torch.bfloat16
+    assert torch.equal(model[0].scale, scale) and torch.equal(model[0].amax_history, history)
+
+
 def test_convert_does_not_reinitialise_or_allocate() -> None:
     torch.manual_seed(0)
     model = _mlp()

@@ -169,11 +169,13 @@ class QuantLinear(torch.nn.Linear):
             # to_empty(): meta tensors hold no values, so the state starts afresh
             self._init_state(self.weight.device)
             return self
-        # follow the module to its device; the recipe state stays float32
+        # follow the weight to its device; the recipe state stays float32 and is never
+        # passed through fn, which may cast (module.to(torch.bfloat16) would round it)
+        device = self.weight.device
         if self.amax_history is not None:
-            self.amax_history = fn(self.amax_history).to(torch.float32)
+            self.amax_history = self.amax_history.to(device)
         if self.scale is not None:
-            self.scale = fn(self.scale).to(torch.float32)
+            self.scale = self.scale.to(device)
         return self
 
     def reset_parameters(self) -> None:
