@@ -92,6 +92,17 @@ def test_encoder_layer_fast_path_bypasses_converted_layers_as_the_note_says() ->
         assert not torch.equal(model(x), plain(x))  # autograd on: QuantLinear runs
 
 
+def test_a_layer_shared_by_two_parents_is_replaced_in_both() -> None:
+    shared = torch.nn.Linear(8, 8)
+    model = torch.nn.ModuleDict({"a": torch.nn.Sequential(shared),
+                                 "b": torch.nn.Sequential(shared)})
+    model, summary = convert(model, Bf16Recipe(), return_summary=True)
+    assert summary.converted == ("a.0",)  # named_modules lists a shared module once
+    assert model["a"][0] is model["b"][0] and isinstance(model["b"][0], QuantLinear)
+    unconvert(model)
+    assert model["a"][0] is model["b"][0] and type(model["b"][0]) is torch.nn.Linear
+
+
 def test_overridden_forward_and_lazy_layers_are_left_alone_with_the_reason() -> None:
     class Scaled(torch.nn.Linear):
         def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -145,11 +145,12 @@ def convert(model: torch.nn.Module, recipe: Recipe | Mapping[str, Recipe | None]
                       stacklevel=2)
     decisions = plan(model, recipe, module_filter_fn=module_filter_fn, skip=skip,
                      keep_lm_head=keep_lm_head)
+    slots = _slots(model)
     index = 0
     for d in decisions:
         if d.action in ("convert", "reconvert"):
             old = model.get_submodule(d.name)
-            _replace(model, d.name, _swap(old, d.recipe, process_group, index))
+            _replace(slots, old, _swap(old, d.recipe, process_group, index))
             index += 1
     summary = ConvertSummary(tuple(decisions))
     logger.info("%s", summary)
@@ -192,11 +193,9 @@ def unconvert(model: torch.nn.Module) -> torch.nn.Module:
     'Linear'
     """
     _check_model(model)
-    names = [n for n, m in model.named_modules() if isinstance(m, QuantLinear)]
-    for name in names:
-        layer = model.get_submodule(name)
-        assert isinstance(layer, QuantLinear)
-        _replace(model, name, _plain_layer(layer))
+    slots = _slots(model)
+    for layer in [m for m in model.modules() if isinstance(m, QuantLinear)]:
+        _replace(slots, layer, _plain_layer(layer))
     return model
 
 
@@ -209,10 +208,21 @@ def _check_model(model: object) -> None:
                         "in place; wrap it (torch.nn.Sequential(model)) or build the layer")
 
 
-def _replace(model: torch.nn.Module, name: str, new: torch.nn.Module) -> None:
-    parent_name, _, child = name.rpartition(".")
-    parent = model.get_submodule(parent_name) if parent_name else model
-    setattr(parent, child, new)
+def _slots(model: torch.nn.Module) -> dict[int, list[tuple[torch.nn.Module, str]]]:
+    """id(child) -> every (parent, attribute) holding it: a module shared by two parents
+    (listed once by `named_modules`) is replaced in both."""
+    slots: dict[int, list[tuple[torch.nn.Module, str]]] = {}
+    for parent in model.modules():
+        for attr, child in parent._modules.items():
+            if child is not None:
+                slots.setdefault(id(child), []).append((parent, attr))
+    return slots
+
+
+def _replace(slots: dict[int, list[tuple[torch.nn.Module, str]]], old: torch.nn.Module,
+             new: torch.nn.Module) -> None:
+    for parent, attr in slots.pop(id(old)):
+        setattr(parent, attr, new)
 
 
 def _carry(old: torch.nn.Module, new: torch.nn.Module) -> None:
