@@ -15,7 +15,8 @@ round-trips it, packed into one `uint8` tensor), an amax history `(3, L)` and a 
 for x, W and dy, with the semantics of [normlab.precision.Fp8Meta][]: a quantisation uses
 the current scale and records its amax into history slot 0 (running max); every training
 forward first reduces slot 0 with MAX over the process group, computes the new scales and
-rolls the history, if amaxes were recorded since the last update.
+rolls the history, if amaxes were recorded since the last update. A state dict without the
+extra state (a checkpoint of the model before `convert`) loads strictly and keeps the state.
 
 Input that is not floating point (integer, bool, complex) goes to `torch.nn.Linear`'s own
 computation, which raises as it does for an `nn.Linear`; an empty batch returns an empty
