@@ -30,6 +30,11 @@ import numpy as np
 
 __all__ = ["load", "save"]
 
+# np.savez without allow_pickle: NumPy < 2.1 has no such argument (it would store it as an
+# array member); the members are checked to hold no objects, so nothing is pickled. Typed
+# as Any because NumPy's stubs read a ** of arrays as a candidate for allow_pickle.
+_savez: Any = np.savez
+
 _TREE_KEY = "__normlab_checkpoint__"
 _FORMAT = "normlab-checkpoint"
 _VERSION = 1
@@ -125,7 +130,7 @@ def save(file: str | os.PathLike[str] | IO[bytes], state: Any) -> Path | None:
     text = json.dumps(tree, allow_nan=True)
     members = {**enc.arrays, _TREE_KEY: np.array(text)}
     if not isinstance(file, (str, os.PathLike)):
-        np.savez(file, **members)
+        _savez(file, **members)
         return None
     path = Path(file)
     if path.suffix != ".npz":
@@ -133,7 +138,7 @@ def save(file: str | os.PathLike[str] | IO[bytes], state: Any) -> Path | None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
-            np.savez(fh, **members)
+            _savez(fh, **members)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)

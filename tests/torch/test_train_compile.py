@@ -52,3 +52,21 @@ def test_aot_eager_matches_eager_bitwise_with_delayed_state() -> None:
         assert torch.equal(a.grad, b.grad)
     for a, b in zip(eager[::2], base[::2], strict=True):
         assert torch.equal(a.scale, b.scale) and torch.equal(a.amax_history, b.amax_history)
+
+
+def test_no_quantization_switches_a_compiled_model_too() -> None:
+    # the switch is a module global that dynamo guards: toggling it recompiles, never reuses
+    # the quantised graph
+    from normlab.torch import no_quantization
+
+    dynamo.reset()
+    model = _model(RECIPES["current"])
+    plain = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(),
+                                torch.nn.Linear(32, 16))
+    plain.load_state_dict(model.state_dict(), strict=False)
+    compiled = torch.compile(model, backend="aot_eager")
+    quantised = compiled(_x(0))
+    with no_quantization():
+        assert torch.equal(compiled(_x(0)), plain(_x(0)))
+    assert torch.equal(compiled(_x(0)), quantised)
+    assert not torch.equal(quantised, plain(_x(0)))

@@ -1,16 +1,23 @@
-"""Data-parallel training with QuantLinear: amax reduction makes every rank use the same scales.
+"""Data-parallel training with QuantLinear under DDP and FSDP2: what the amax reduction makes
+equal across ranks, and what it does not.
 
 Two gloo processes on CPU (torch.multiprocessing, spawn), run by a script in a subprocess
 with a timeout so that a hung collective can never hang the suite. Each rank trains a small
-MLP whose Linear layers are QuantLinear (FP8 delayed scaling, FP8 current scaling) under
-DistributedDataParallel on its half of a batch; a one-process run trains the same model on
-the whole batch. The local loss is ``sum over the rank's rows / global batch`` and the
-learning rate is multiplied by the world size, so that each rank's dy equals the one-process
-dy row for row and DDP's averaged gradient times the learning rate equals the one-process
-step exactly up to float32 summation order.
+MLP whose Linear layers are QuantLinear (FP8 delayed scaling, FP8 current scaling), wrapped
+in DistributedDataParallel or sharded with FSDP2 (`fully_shard` on each layer and the root),
+on its half of a batch; a one-process run trains the same model on the whole batch. The local
+loss is ``sum over the rank's rows / global batch`` and the learning rate is multiplied by the
+world size, so that each rank's dy equals the one-process dy row for row and the averaged
+gradient times the learning rate equals the one-process step up to float32 summation order.
 
-Tolerance: ranks agree exactly (scales, amax histories, weights: DDP all-reduces the same
-bits to every rank). Against the one-process run: rtol 1e-5 / atol 1e-6. The only difference
+A second run uses the usual local *mean* loss (``sum over the rank's rows / local batch``,
+learning rate unchanged): each rank's dy is then the world size (2) times the one-process dy,
+so the all-reduced dy amax is twice the one-process amax and the dy scale half of it, while
+the x and W scales equal the one-process ones. A power-of-two factor leaves the scaled values
+and their rounding unchanged, so the trained weights still match the one-process run.
+
+Tolerance: ranks agree exactly (scales, amax histories, weights: the collectives give every
+rank the same bits). Against the one-process run: rtol 1e-5 / atol 1e-6. The only difference
 is the float32 summation order of dW (two partial sums of 32 rows plus an all-reduce, against
 one sum of 64 rows), about 1e-7 relative per step, carried through 5 SGD steps; a rounding
 decision of an fp8 element flipped by that difference moves a value by up to an fp8 ulp
@@ -38,7 +45,9 @@ SCRIPT = textwrap.dedent(
     import torch
     import torch.distributed as dist
     import torch.multiprocessing as mp
-    from normlab.torch import convert
+    from torch.distributed.fsdp import fully_shard
+    from normlab.torch import QuantLinear, convert
+    from normlab.torch._extra_state import unpack_extra_state
     from normlab.torch.recipes import Fp8CurrentRecipe, Fp8DelayedRecipe
 
     WORLD, STEPS, LR = 2, 5, 0.05
@@ -71,16 +80,26 @@ SCRIPT = textwrap.dedent(
     def state(net):
         # the end of the last step: reduce and update the delayed scales (a collective)
         for m in net.modules():
-            if hasattr(m, "update_scales"):
+            if isinstance(m, QuantLinear):
                 m.update_scales()
         out = {}
         for k, v in net.state_dict().items():
             if k.endswith("_extra_state"):
-                out.update({k[:-len("_extra_state")] + n: t.tolist() for n, t in v.items()
+                out.update({k[:-len("_extra_state")] + n: t.tolist()
+                            for n, t in unpack_extra_state(v).items()
                             if isinstance(t, torch.Tensor)})
             else:
-                out[k] = v.tolist()
+                full = v.full_tensor() if hasattr(v, "full_tensor") else v  # FSDP2: DTensor
+                out[k] = full.tolist()
         return out
+
+    def wrap(net, how):
+        if how == "ddp":
+            return torch.nn.parallel.DistributedDataParallel(net)
+        for m in net:
+            if isinstance(m, QuantLinear):
+                fully_shard(m)
+        return fully_shard(net)
 
     def worker(rank, path):
         torch.set_num_threads(1)
@@ -89,12 +108,18 @@ SCRIPT = textwrap.dedent(
         x, y = data()
         rows = slice(rank * 32, rank * 32 + 32)
         out = {}
-        for name, recipe in RECIPES.items():
-            net = model(recipe)
-            ddp = torch.nn.parallel.DistributedDataParallel(net)
-            train(ddp, x[rows], y[rows], LR * WORLD, 64)
-            out[name] = state(net)
-            del ddp, net
+        for how in ("ddp", "fsdp2"):
+            for name, recipe in RECIPES.items():
+                net = model(recipe)
+                wrapped = wrap(net, how)
+                train(wrapped, x[rows], y[rows], LR * WORLD, 64)
+                out[f"{how}-{name}"] = state(net)
+                del wrapped, net
+            net = model(RECIPES["current"])
+            wrapped = wrap(net, how)
+            train(wrapped, x[rows], y[rows], LR, 32)  # the local mean loss
+            out[f"{how}-mean"] = state(net)
+            del wrapped, net
         gc.collect()
         dist.destroy_process_group()
         with open(path + f".{rank}.json", "w") as f:
@@ -124,32 +149,58 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     base = str(tmp / "run")
     src = str(Path(__file__).resolve().parents[2] / "src")
     env = {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    proc = subprocess.run([sys.executable, str(script), base], env=env, timeout=120,
+    proc = subprocess.run([sys.executable, str(script), base], env=env, timeout=240,
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return {k: json.loads(Path(f"{base}.{k}.json").read_text()) for k in ("single", "0", "1")}
 
 
+WRAPS = ["ddp", "fsdp2"]
+
+
+@pytest.mark.parametrize("how", WRAPS)
 @pytest.mark.parametrize("name", ["delayed", "current"])
-def test_ranks_agree_exactly(runs: dict[str, dict], name: str) -> None:
-    r0, r1 = runs["0"][name], runs["1"][name]
+def test_ranks_agree_exactly(runs: dict[str, dict], how: str, name: str) -> None:
+    r0, r1 = runs["0"][f"{how}-{name}"], runs["1"][f"{how}-{name}"]
     assert r0.keys() == r1.keys()
     assert any(k.endswith("scale") for k in r0)
     for key in r0:
         np.testing.assert_array_equal(np.array(r0[key]), np.array(r1[key]), err_msg=key)
 
 
+@pytest.mark.parametrize("how", WRAPS)
 @pytest.mark.parametrize("name", ["delayed", "current"])
-def test_matches_one_process_on_the_whole_batch(runs: dict[str, dict], name: str) -> None:
-    single, r0 = runs["single"][name], runs["0"][name]
+def test_matches_one_process_on_the_whole_batch(runs: dict[str, dict], how: str,
+                                                name: str) -> None:
+    single, r0 = runs["single"][name], runs["0"][f"{how}-{name}"]
     for key in single:
         np.testing.assert_allclose(np.array(r0[key]), np.array(single[key]), rtol=1e-5,
                                    atol=1e-6, err_msg=key)
 
 
-def test_without_amax_reduction_ranks_use_different_scales(runs: dict[str, dict]) -> None:
+@pytest.mark.parametrize("how", WRAPS)
+def test_local_mean_loss_halves_only_the_dy_scale(runs: dict[str, dict], how: str) -> None:
+    # what docs/torch.md states: the reduction makes the scales equal across ranks; x and W
+    # scales are the one-process ones, the dy scale is 1 / world size of it (dy of the local
+    # mean loss is world size times the one-process dy)
+    # (the scales of the last step come from weights that match to rtol 1e-5, see above)
+    single, r0, r1 = runs["single"]["current"], runs["0"][f"{how}-mean"], runs["1"][f"{how}-mean"]
+    for layer in ("0", "2"):
+        assert r0[f"{layer}.scale"] == r1[f"{layer}.scale"]
+        scale, want = np.array(r0[f"{layer}.scale"]), np.array(single[f"{layer}.scale"])
+        np.testing.assert_allclose(scale[:2], want[:2], rtol=1e-5)  # x, W
+        np.testing.assert_allclose(scale[2] * 2, want[2], rtol=1e-5)  # dy
+    for key in single:
+        if key.endswith(("weight", "bias")):
+            np.testing.assert_allclose(np.array(r0[key]), np.array(single[key]), rtol=1e-5,
+                                       atol=1e-6, err_msg=key)
+
+
+@pytest.mark.parametrize("how", WRAPS)
+def test_without_amax_reduction_ranks_use_different_scales(runs: dict[str, dict],
+                                                           how: str) -> None:
     # control: each rank scales by the amax of its own half batch (rows 0-31 are smaller)
-    r0, r1 = runs["0"]["current_unreduced"], runs["1"]["current_unreduced"]
+    r0, r1 = runs["0"][f"{how}-current_unreduced"], runs["1"][f"{how}-current_unreduced"]
     assert r0["0.scale"] != r1["0.scale"]
     single = runs["single"]["current_unreduced"]
     diff = max(float(np.max(np.abs(np.array(r0[k]) - np.array(single[k])))) for k in single

@@ -9,6 +9,7 @@ exactly (tolerance 0) after every step, in every rounding mode.
 
 from __future__ import annotations
 
+import io
 import math
 
 import numpy as np
@@ -90,3 +91,73 @@ def test_validation() -> None:
         AdamW([w], betas=(0.9, 1.0))
     with pytest.raises(ValueError, match="lr"):
         AdamW([w], lr=-1.0)
+
+
+def _params_and_grads(dtype: torch.dtype, steps: int) -> tuple[list, list]:
+    rng = np.random.default_rng(7)
+    shapes = [(16, 8), (8,)]
+    w0 = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    grads = [[torch.from_numpy(rng.standard_normal(s).astype(np.float32) * 0.01).to(dtype)
+              for s in shapes] for _ in range(steps)]
+    return [torch.from_numpy(w).to(dtype) for w in w0], grads
+
+
+def _run(params: list, opt: AdamW, grads: list) -> None:
+    for step_grads in grads:
+        for p, g in zip(params, step_grads, strict=True):
+            p.grad = g.clone()
+        opt.step()
+
+
+@pytest.mark.parametrize("mode", ["nearest", "stochastic", "kahan"])
+def test_resume_is_bit_identical_and_state_stays_float32(mode: str) -> None:
+    # N steps in one go against k steps, save (through torch.save), a new optimizer with
+    # another seed, load, N - k steps: parameters and state agree exactly (tolerance 0)
+    n, k, dtype = 6, 3, torch.bfloat16
+    w0, grads = _params_and_grads(dtype, n)
+    kw = {"lr": LR, "betas": BETAS, "eps": EPS, "weight_decay": WD, "param_rounding": mode}
+    full = [torch.nn.Parameter(w.clone()) for w in w0]
+    opt = AdamW(full, **kw, seed=11)
+    _run(full, opt, grads)
+
+    part = [torch.nn.Parameter(w.clone()) for w in w0]
+    first = AdamW(part, **kw, seed=11)
+    _run(part, first, grads[:k])
+    buf = io.BytesIO()
+    torch.save(first.state_dict(), buf)
+    buf.seek(0)
+    resumed = AdamW(part, **kw, seed=99)
+    resumed.load_state_dict(torch.load(buf, weights_only=True))
+    for p in part:
+        for key, value in resumed.state[p].items():
+            if isinstance(value, torch.Tensor):
+                assert value.dtype == torch.float32, key
+    _run(part, resumed, grads[k:])
+    for a, b in zip(full, part, strict=True):
+        assert torch.equal(a, b)
+        for key, value in opt.state[a].items():
+            other = resumed.state[b][key]
+            assert torch.equal(value, other) if isinstance(value, torch.Tensor) \
+                else value == other, key
+
+
+def test_load_state_dict_rejects_a_foreign_or_mismatched_state() -> None:
+    w = torch.nn.Parameter(torch.ones(4, dtype=torch.bfloat16))
+    opt = AdamW([w], param_rounding="stochastic", seed=1)
+    w.grad = torch.ones_like(w)
+    opt.step()
+    state = opt.state_dict()
+    other = AdamW([torch.nn.Parameter(torch.ones(4, dtype=torch.bfloat16))],
+                  param_rounding="nearest")
+    with pytest.raises(ValueError, match="param_rounding"):
+        other.load_state_dict(state)
+    plain = torch.optim.AdamW([torch.nn.Parameter(torch.ones(4))]).state_dict()
+    with pytest.raises(ValueError, match="not saved by"):
+        opt.load_state_dict(plain)
+    bad = {**state, "normlab": {**state["normlab"], "rng": {"bit_generator": "nope"}}}
+    with pytest.raises(ValueError, match="generator state"):
+        opt.load_state_dict(bad)
+    shaped = {**state, "state": {0: {**state["state"][0], "exp_avg": torch.zeros(5)}}}
+    with pytest.raises(ValueError, match="shape"):
+        opt.load_state_dict(shaped)
+    assert opt.state[w]["exp_avg"].shape == (4,)  # nothing changed

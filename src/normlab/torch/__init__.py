@@ -46,7 +46,8 @@ __all__ = [
 ]
 
 # --- training: QuantLinear, convert, recipes, AdamW (owner: torchtrain) ---
-from normlab.torch.convert import convert
+from normlab.torch.conv1d import QuantConv1D
+from normlab.torch.convert import ConvertSummary, convert, unconvert
 from normlab.torch.nn import QuantLinear
 from normlab.torch.optim import AdamW
 from normlab.torch.recipes import (
@@ -57,15 +58,21 @@ from normlab.torch.recipes import (
     MXRecipe,
     NVFP4Recipe,
 )
+from normlab.torch.switch import no_quantization, quantization_enabled
 
 __all__ += [
     "AdamW",
     "Bf16Recipe",
     "BlockwiseFp8Recipe",
+    "ConvertSummary",
     "Fp8CurrentRecipe",
     "Fp8DelayedRecipe",
     "MXRecipe",
     "NVFP4Recipe",
+    "QuantConv1D",
     "QuantLinear",
     "convert",
+    "no_quantization",
+    "quantization_enabled",
+    "unconvert",
 ]

@@ -1,25 +1,35 @@
 """`QuantLinear`: a `torch.nn.Linear` whose three GEMMs run in a recipe's formats.
 
-Contract: same parameters, initialisation and call as `torch.nn.Linear` (input `(..., K)`,
-output `(..., N)`, weight `(N, K)`), plus a `recipe` ([normlab.precision.recipes][]).
-Forward, input-gradient and weight-gradient GEMMs quantise their operands with blocks along
-their contraction dimension and accumulate in float32 (`normlab.torch._gemm`); every
-operand is the recipe's shared quantise step ([normlab.precision.recipe_core][]).
+Contract: a `torch.nn.Linear` subclass with the same constructor (plus a keyword-only
+`recipe`, see [normlab.precision.recipes][]), parameters, initialisation and call (input
+`(..., K)`, output `(..., N)`, weight `(N, K)`). Forward, input-gradient and weight-gradient
+GEMMs quantise their operands with blocks along their contraction dimension and accumulate
+in float32 (`normlab.torch._gemm`); every operand is the recipe's shared quantise step
+([normlab.precision.recipe_core][]). `reset_parameters` initialises the weight and bias as
+`torch.nn.Linear` does and (re)builds the recipe state, so the meta-device workflow
+(build under `torch.device("meta")`, `to_empty`, `reset_parameters`) gives a usable layer;
+moving a layer off the meta device (`to_empty`) rebuilds the recipe state as well, for
+initialisers that only reset the weights (Hugging Face's `init_weights`).
 
-Delayed scaling (`Fp8DelayedRecipe`) keeps, as extra state (so `state_dict` round-trips
-it), an amax history `(3, L)` and a scale `(3,)` for x, W and dy: row i is exactly an
-[Fp8Meta][normlab.precision.Fp8Meta] with the recipe's settings, updated by the same
-functions ([record_amax][normlab.precision.scales.record_amax],
+Delayed scaling (`Fp8DelayedRecipe`) keeps, as module extra state (so `state_dict`
+round-trips it, packed into one `uint8` tensor), an amax history `(3, L)` and a scale `(3,)`
+for x, W and dy: row i is exactly an [Fp8Meta][normlab.precision.Fp8Meta] with the
+recipe's settings, updated by the same functions
+([record_amax][normlab.precision.scales.record_amax],
 [delayed_update][normlab.precision.scales.delayed_update]: TE 2.x's fused update by
 default, `update="unfused"` for TE's other path). A quantisation uses the current scale and
-records its amax into history slot 0 (running max); the first training forward after a
-step reduces slot 0 with MAX over the process group, computes the new scales and rolls the
-history (Transformer Engine updates its scales before the next forward in the same way).
+records its amax into history slot 0 (running max); every training forward first reduces
+slot 0 with MAX over the process group, computes the new scales and rolls the history, if
+amaxes were recorded since the last update. A state dict without the extra state (a
+checkpoint of the model before `convert`) loads strictly and keeps the state.
+
+Input that is not floating point (integer, bool, complex) goes to `torch.nn.Linear`'s own
+computation, which raises as it does for an `nn.Linear`; an empty batch returns an empty
+output and zero gradients without touching the recipe state.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
@@ -36,57 +46,72 @@ from normlab.precision.recipes import (
     check_recipe,
 )
 from normlab.torch import _operands as ops
+from normlab.torch._extra_state import pack_extra_state, unpack_extra_state
 from normlab.torch._gemm import ROLES, QuantLinearFunction
 from normlab.torch.distributed import reduce_amax
 from normlab.torch.namespace import TORCH
+from normlab.torch.switch import quantization_enabled
 
 __all__ = ["QuantLinear"]
 
 
-class QuantLinear(torch.nn.Module):
-    """Linear layer ``y = x W^T + b`` computed as a low-precision training recipe would.
+class QuantLinear(torch.nn.Linear):
+    """Linear layer $y = x W^T + b$ computed as a low-precision training recipe would.
+
+    A `torch.nn.Linear` subclass: the same constructor, parameters (weight `(N, K)`, bias
+    `(N,)`), initialisation and call, so code that looks for `torch.nn.Linear` (model
+    initialisers, Hugging Face's `init_weights`) treats it as one.
 
     Parameters
     ----------
-    in_features, out_features : K and N. bias : add a learnable bias (kept in float32).
-    recipe : one of :data:`normlab.torch.recipes.RECIPES` (keyword-only).
-    process_group : group for the amax all-reduce of per-tensor recipes; None = the world
-        group when ``torch.distributed`` is initialised (no reduction otherwise).
-    seed_stream : distinguishes this layer's stochastic-rounding streams (``convert`` numbers
-        the layers); the recipe's ``seed`` is added.
-    device, dtype : as for ``torch.nn.Linear``.
+    in_features : int
+        K, the size of the last input dimension.
+    out_features : int
+        N, the size of the last output dimension.
+    bias : bool, optional
+        Add a learnable bias. Default True.
+    recipe : Recipe
+        One of `normlab.torch.recipes.RECIPES` (keyword-only).
+    process_group : torch.distributed.ProcessGroup or None, optional
+        Group for the amax all-reduce of the per-tensor recipes; None (default) is the world
+        group when `torch.distributed` is initialised, no reduction otherwise.
+    seed_stream : int, optional
+        Distinguishes this layer's stochastic-rounding streams (`convert` numbers the
+        layers); the recipe's `seed` is added. Default 0.
+    device : torch.device or None, optional
+        As for `torch.nn.Linear`.
+    dtype : torch.dtype or None, optional
+        As for `torch.nn.Linear`.
 
     Raises
     ------
-    TypeError : recipe is not a recipe. ValueError : non-positive sizes.
+    TypeError
+        If `recipe` is not a recipe.
+    ValueError
+        If a size is not a positive integer.
 
-    Example
-    -------
+    Examples
+    --------
     >>> from normlab.torch.recipes import Fp8CurrentRecipe
     >>> layer = QuantLinear(4, 2, recipe=Fp8CurrentRecipe())
     >>> layer(torch.ones(3, 4)).shape
     torch.Size([3, 2])
+    >>> isinstance(layer, torch.nn.Linear)
+    True
     """
+
+    _plain_class: type | None = None  # the class convert replaced (None: torch.nn.Linear)
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
                  recipe: Recipe, process_group: Any | None = None, seed_stream: int = 0,
                  device: Any = None, dtype: Any = None) -> None:
-        super().__init__()
         k = check_int(in_features, "in_features", minimum=1)
         n = check_int(out_features, "out_features", minimum=1)
+        # set before torch.nn.Linear.__init__, which calls reset_parameters -> _init_state
         self.recipe = check_recipe(recipe)
-        self.in_features, self.out_features = k, n
         self.process_group = process_group
         self.seed_stream = check_int(seed_stream, "seed_stream")
-        kw = {"device": device, "dtype": dtype}
-        self.weight = torch.nn.Parameter(torch.empty(n, k, **kw))  # N,K
-        self.bias: torch.nn.Parameter | None
-        if bias:
-            self.bias = torch.nn.Parameter(torch.empty(n, **kw))  # N
-        else:
-            self.register_parameter("bias", None)
-        self.reset_parameters()
-        self._init_state(device)
+        super().__init__(k, n, bias, device=device, dtype=dtype)
 
     def _init_state(self, device: Any) -> None:
         # Recipe state is "extra state", not buffers: DistributedDataParallel broadcasts
@@ -106,18 +131,23 @@ class QuantLinear(torch.nn.Module):
             m = torch.from_numpy(rht_matrix(16, r.seed % 2**64)).to(**f32)  # 16,16
             self.register_buffer("hadamard_matrix", m, persistent=False)
 
-    def get_extra_state(self) -> dict[str, Any]:
-        """The recipe state: amax history, scales, pending flag, stochastic-rounding step."""
+    def get_extra_state(self) -> torch.Tensor:
+        """The recipe state: amax history, scales, pending flag, stochastic-rounding step.
+
+        Packed into one `uint8` tensor (`normlab.torch._extra_state`) so that safetensors
+        checkpoints (Hugging Face `save_pretrained`) can hold it.
+        """
         state: dict[str, Any] = {"pending": self.pending, "rounding_step": self.rounding_step}
         if self.amax_history is not None:
             state["amax_history"] = self.amax_history.clone()
         if self.scale is not None:
             state["scale"] = self.scale.clone()
-        return state
+        return pack_extra_state(state)
 
     def set_extra_state(self, state: Any) -> None:
-        """Load :meth:`get_extra_state`'s dict (validated before anything changes)."""
-        mine = self.get_extra_state()
+        """Load what `get_extra_state` returned (validated before anything changes)."""
+        state = unpack_extra_state(state)
+        mine = unpack_extra_state(self.get_extra_state())
         if not isinstance(state, dict) or set(state) != set(mine):
             raise ValueError(f"extra state must be a dict with keys {sorted(mine)}; got "
                              f"{sorted(state) if isinstance(state, dict) else state!r}")
@@ -131,21 +161,35 @@ class QuantLinear(torch.nn.Module):
         if self.scale is not None:
             self.scale.copy_(state["scale"])
 
+    def _load_from_state_dict(self, state_dict: Any, prefix: str, local_metadata: Any,
+                              strict: bool, missing_keys: list[str], unexpected_keys: list[str],
+                              error_msgs: list[str]) -> None:
+        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys,
+                                      unexpected_keys, error_msgs)
+        key = prefix + "_extra_state"
+        if key in missing_keys:  # a checkpoint of the model before convert: keep the state
+            missing_keys.remove(key)
+
     def _apply(self, fn: Any, recurse: bool = True) -> QuantLinear:
+        from_meta = self.weight.is_meta
         super()._apply(fn, recurse)
-        # follow the module to its device; the recipe state stays float32
+        if from_meta and not self.weight.is_meta:
+            # to_empty(): meta tensors hold no values, so the state starts afresh
+            self._init_state(self.weight.device)
+            return self
+        # follow the weight to its device; the recipe state stays float32 and is never
+        # passed through fn, which may cast (module.to(torch.bfloat16) would round it)
+        device = self.weight.device
         if self.amax_history is not None:
-            self.amax_history = fn(self.amax_history).to(torch.float32)
+            self.amax_history = self.amax_history.to(device)
         if self.scale is not None:
-            self.scale = fn(self.scale).to(torch.float32)
+            self.scale = self.scale.to(device)
         return self
 
     def reset_parameters(self) -> None:
-        """``torch.nn.Linear``'s initialisation (Kaiming-uniform weight, uniform bias)."""
-        torch.nn.init.kaiming_uniform_(self.weight, a=math.sqrt(5))
-        if self.bias is not None:
-            bound = 1.0 / math.sqrt(self.in_features)
-            torch.nn.init.uniform_(self.bias, -bound, bound)
+        """`torch.nn.Linear`'s initialisation, then a fresh recipe state on the weight's device."""
+        super().reset_parameters()
+        self._init_state(self.weight.device)
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
@@ -216,12 +260,38 @@ class QuantLinear(torch.nn.Module):
         self.scale.copy_(torch.stack([s for _, s in rows]))  # 3
         self.pending = False
 
+    # --- the call -------------------------------------------------------------------
+    def _plain(self, x: torch.Tensor) -> torch.Tensor:
+        """What the replaced layer computes (here `torch.nn.Linear`), errors included."""
+        return torch.nn.functional.linear(x, self.weight, self.bias)
+
+    def _gemm_weight(self) -> torch.Tensor:
+        """The weight in the GEMMs' `(N, K)` layout."""
+        return self.weight
+
+    def _empty(self, x: torch.Tensor) -> torch.Tensor:
+        """An empty batch: no data to quantise (amax of nothing) and no state to change.
+
+        The float32 product of empty operands is an empty output, and its backward gives
+        zero weight and bias gradients, as `torch.nn.Linear`'s does.
+        """
+        x2 = x.reshape(0, self.in_features).to(torch.float32)  # 0,K
+        y = x2 @ self._gemm_weight().to(torch.float32).t()  # 0,N
+        if self.bias is not None:
+            y = y + self.bias.to(torch.float32)
+        return y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not x.is_floating_point() or not quantization_enabled():
+            return self._plain(x)
         if x.shape[-1] != self.in_features:
             raise ValueError(f"x must have last dimension in_features={self.in_features}; "
                              f"got shape {tuple(x.shape)}")
+        if x.numel() == 0:
+            return self._empty(x)
         if self.training:
             self.update_scales()
         x2 = x.reshape(-1, self.in_features)  # M,K
-        y = QuantLinearFunction.apply(x2, self.weight, self.bias, self)  # M,N
-        return y.reshape(*x.shape[:-1], self.out_features)
+        y = QuantLinearFunction.apply(x2, self._gemm_weight(), self.bias, self)  # M,N
+        # a 2-D result is returned as it is, not as a view (FSDP2 warns about views)
+        return y if x.dim() == 2 else y.reshape(*x.shape[:-1], self.out_features)

@@ -1,26 +1,31 @@
 """AdamW for parameters stored in a low-precision format, without an fp32 master copy.
 
-Contract: the Adam moments are float32 (as torch.optim.AdamW keeps for bf16 parameters in
-torchao's ``_AdamW``); each step computes the float32 update
+Contract: the Adam moments (and Kahan's compensation) are float32 tensors (as torchao's
+`_AdamW` keeps them for bf16 parameters), also after `load_state_dict`, which in
+`torch.optim.Optimizer` casts every floating state tensor except `step` to its parameter's
+dtype. Each step computes the float32 update
 
     m <- m + (1 - b1) (g - m);  v <- b2 v + (1 - b2) g g
     delta = (-lr / (1 - b1^t)) m / (sqrt(v) / sqrt(1 - b2^t) + eps) - (lr wd) w
 
-and writes ``w <- round(w + delta)`` into the parameter in place exactly as
-:class:`normlab.precision.LowPrecisionUpdater` does: ``w + delta`` formed in float64 and
-rounded once to the format (``"nearest"``: ties to even, updates below half an ulp are
-lost; ``"stochastic"``: unbiased, one seed ``rng.integers(0, 2^63)`` per parameter per step,
-element i using ``splitmix64(seed + i)``; ``"kahan"``: compensated summation with a
+and writes `w <- round(w + delta)` into the parameter in place exactly as
+[normlab.precision.LowPrecisionUpdater][] does: `w + delta` formed in float64 and
+rounded once to the format (`"nearest"`: ties to even, updates below half an ulp are
+lost; `"stochastic"`: unbiased, one seed `rng.integers(0, 2^63)` per parameter per step,
+element i using `splitmix64(seed + i)`; `"kahan"`: compensated summation with a
 compensation buffer held in the format, Zamirai et al. 2020). Given the same parameters,
 gradients and generator, the result is bit-identical to the NumPy updater fed the same
-delta. Anchor: torchao's bf16 AdamW with ``bf16_stochastic_round=True`` (stochastic rounding
-of the update into bf16 parameters).
+delta. `state_dict()` holds the rounding mode and the generator's state next to torch's
+entries, so a resumed run continues bit for bit in every mode. Anchor: torchao's bf16 AdamW
+with `bf16_stochastic_round=True` (stochastic rounding of the update into bf16 parameters).
 """
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Iterable
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -94,6 +99,67 @@ class AdamW(torch.optim.Optimizer):
         super().__init__(params, defaults)
         for p in (p for g in self.param_groups for p in g["params"]):
             self._format_of(p)  # validate every parameter before the first step
+
+    def state_dict(self) -> dict[str, Any]:
+        """torch's optimizer state plus `"normlab"`: the rounding mode and generator state.
+
+        Returns
+        -------
+        state : dict
+            `"state"` and `"param_groups"` as `torch.optim.Optimizer.state_dict` gives them
+            (float32 moments, integer `step`), and `"normlab"`: `{"param_rounding": str,
+            "rng": the numpy bit generator's state dict, or None}`.
+        """
+        state = super().state_dict()
+        rng = None if self.rng is None else copy.deepcopy(self.rng.bit_generator.state)
+        state["normlab"] = {"param_rounding": self.param_rounding, "rng": rng}
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load [state_dict][normlab.torch.optim.AdamW.state_dict]'s output.
+
+        The moments and the compensation stay float32 and the stochastic-rounding generator
+        continues where it was saved. Validated before anything changes.
+
+        Raises
+        ------
+        ValueError
+            If the state was not saved by this optimizer class, its rounding mode differs,
+            or a state tensor's shape does not match its parameter.
+        """
+        extra = state_dict.get("normlab") if isinstance(state_dict, dict) else None
+        if not isinstance(extra, dict) or set(extra) != {"param_rounding", "rng"}:
+            raise ValueError("state_dict has no 'normlab' entry with the rounding mode and "
+                             "generator state: it was not saved by normlab.torch.optim.AdamW")
+        if extra["param_rounding"] != self.param_rounding:
+            raise ValueError(f"state_dict was saved with param_rounding="
+                             f"{extra['param_rounding']!r}; this optimizer uses "
+                             f"{self.param_rounding!r}")
+        if (extra["rng"] is None) != (self.rng is None):
+            raise ValueError("state_dict's generator state does not match the rounding mode")
+        if self.rng is not None:
+            try:  # a throw-away generator of the same kind checks the state
+                type(self.rng.bit_generator)().state = copy.deepcopy(extra["rng"])
+            except (TypeError, ValueError, KeyError) as exc:
+                raise ValueError(f"state_dict's generator state is not valid: {exc}") from exc
+        saved = [g["params"] for g in state_dict["param_groups"]]
+        mine = [g["params"] for g in self.param_groups]
+        id_map = dict(zip(chain.from_iterable(saved), chain.from_iterable(mine), strict=False))
+        kept = {}  # float32 copies, before torch casts them to the parameters' dtypes
+        for pid, st in state_dict["state"].items():
+            p = id_map.get(pid)
+            for key, value in st.items():
+                if p is None or not isinstance(value, torch.Tensor):
+                    continue
+                if value.shape != p.shape:
+                    raise ValueError(f"state {key!r} of parameter {pid} has shape "
+                                     f"{tuple(value.shape)}; the parameter has {tuple(p.shape)}")
+                kept[(p, key)] = value.to(device=p.device, dtype=torch.float32, copy=True)
+        super().load_state_dict(state_dict)
+        for (p, key), value in kept.items():
+            self.state[p][key] = value
+        if self.rng is not None:
+            self.rng.bit_generator.state = copy.deepcopy(extra["rng"])
 
     def _format_of(self, p: torch.Tensor) -> Format:
         if p.dtype not in _DTYPE_FORMATS:

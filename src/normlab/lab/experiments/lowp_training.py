@@ -151,8 +151,7 @@ def _train(name: str, corpus: Any, sz: dict[str, int], seed: int, device: str,
     convert = importlib.import_module("normlab.torch").convert
     bf16 = importlib.import_module("normlab.torch.recipes").Bf16Recipe()
     model = _model(torch, corpus.vocab, sz, seed, device)
-    convert(model, _recipe(name), skip=lambda n, m: n == "head")
-    convert(model, bf16)  # the head (and only it) is left: bf16 operands in every run
+    convert(model, {"head": bf16, "*": _recipe(name)})  # bf16 head operands in every run
     opt = torch.optim.AdamW(model.parameters(), lr=_PEAK_LR, betas=(0.9, 0.95),
                             weight_decay=0.0)
     train_ids, valid_ids = corpus.split()

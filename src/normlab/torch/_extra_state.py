@@ -1,0 +1,46 @@
+"""A layer's recipe state as one tensor, so that every checkpoint format can hold it.
+
+Contract: [pack_extra_state][normlab.torch._extra_state.pack_extra_state] turns a dict of
+tensors and Python scalars into one 1-D `uint8` CPU tensor (the bytes `torch.save` writes);
+[unpack_extra_state][normlab.torch._extra_state.unpack_extra_state] reads it back with
+`torch.load(weights_only=True)` (no arbitrary pickles) and passes a dict through unchanged,
+so checkpoints written before the packing still load.
+
+Why one tensor: `Module.get_extra_state` may return any object for `torch.save`, but
+Hugging Face's `save_pretrained` writes safetensors, which hold tensors only (a dict fails
+with `'dict' object has no attribute 'device'`), and `from_pretrained` calls
+`set_extra_state` with the tensor it read. An integer tensor is also left alone by the dtype
+casts of `from_pretrained(dtype=...)` and `Module.to(dtype)`, which would round float32
+amaxes held in a floating tensor.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["pack_extra_state", "unpack_extra_state"]
+
+
+def pack_extra_state(state: dict[str, Any]) -> torch.Tensor:
+    """One 1-D `uint8` CPU tensor holding `state` (tensors are copied to the CPU first)."""
+    cpu = {k: v.detach().cpu() if isinstance(v, torch.Tensor) else v for k, v in state.items()}
+    buf = io.BytesIO()
+    torch.save(cpu, buf)
+    return torch.from_numpy(np.frombuffer(buf.getvalue(), dtype=np.uint8).copy())  # bytes
+
+
+def unpack_extra_state(state: Any) -> Any:
+    """The dict that [pack_extra_state][normlab.torch._extra_state.pack_extra_state] packed.
+
+    A dict is returned as it is (the unpacked form of older checkpoints); anything else
+    that is not a 1-D `uint8` tensor is returned unchanged too, for the caller's validation
+    to reject with its own message.
+    """
+    if not (isinstance(state, torch.Tensor) and state.dtype == torch.uint8 and state.dim() == 1):
+        return state
+    data = state.detach().cpu().numpy().tobytes()
+    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
