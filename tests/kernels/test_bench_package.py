@@ -7,7 +7,9 @@ import sys
 
 import pytest
 
-from normlab.bench import Alternation, alternate, main, peak_extra
+from normlab.bench import main
+from normlab.bench.memory import peak_extra
+from normlab.bench.timing import Alternation, alternate
 
 
 def test_alternation_ratios_from_known_samples():
@@ -22,8 +24,8 @@ def test_alternation_ratios_from_known_samples():
 def test_alternate_swaps_the_order_every_round_after_the_warm_up():
     calls: list[str] = []
     t = alternate(lambda: calls.append("a"), lambda: calls.append("b"), rounds=3, inner=2)
-    assert calls == ["a", "b"] + ["a", "a", "b", "b"] + ["b", "b", "a", "a"] + \
-        ["a", "a", "b", "b"]
+    warm_up, *rounds = ["a", "b"], ["a", "a", "b", "b"], ["b", "b", "a", "a"], ["a", "a", "b", "b"]
+    assert calls == [*warm_up, *rounds[0], *rounds[1], *rounds[2]]
     assert len(t.a_s) == len(t.b_s) == 3 and min(t.a_s + t.b_s) > 0
 
 

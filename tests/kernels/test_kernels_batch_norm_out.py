@@ -16,7 +16,7 @@ numba = pytest.importorskip("numba")
 
 import normlab as nl  # noqa: E402
 from normlab._backend import kernel, use_backend  # noqa: E402
-from normlab.bench import peak_extra  # noqa: E402  (the bench's measure)
+from normlab.bench.memory import peak_extra  # noqa: E402  (the bench's measure)
 
 # about 2^20 values each: large beside the interpreter's own allocations during a call
 CASES = [((4096, 256), -1), ((8, 64, 32, 64), 1), ((16, 16, 4096), 0)]

@@ -15,8 +15,9 @@ import pytest
 pytest.importorskip("numba")
 
 from normlab import bench
-from normlab.bench import SMALL_SHAPES, measure
 from normlab.bench import table as bench_table
+from normlab.bench.norm_cases import SMALL_SHAPES
+from normlab.bench.timing import measure
 
 
 def test_quick_run_checks_and_writes_json(tmp_path, capsys):

@@ -23,7 +23,7 @@ numba = pytest.importorskip("numba")
 import normlab as nl  # noqa: E402
 from normlab import _backend  # noqa: E402
 from normlab._backend import kernel, use_backend  # noqa: E402
-from normlab.bench import peak_extra  # noqa: E402  (the bench's measure)
+from normlab.bench.memory import peak_extra  # noqa: E402  (the bench's measure)
 
 NAMES = ("group_norm_forward", "group_norm_backward")
 

@@ -26,15 +26,12 @@ until its median is stable (median, minimum and interquartile spread reported; a
 when a spread exceeds 10% or the load average shows other processes on the cores), and
 `alternate` times two calls in alternating rounds. The core library never imports this
 package, and this package imports PyTorch only for its torch sections: `import
-normlab.bench` works without it.
+normlab.bench` works without it. The command's sections are in [normlab.bench.command][];
+each module's helpers are imported from that module.
 """
 
 from __future__ import annotations
 
-from normlab.bench.command import SECTIONS, main
-from normlab.bench.memory import peak_extra, saved_bytes
-from normlab.bench.norm_cases import SMALL_SHAPES
-from normlab.bench.timing import Alternation, Timing, alternate, measure, other_load
+from normlab.bench.command import main
 
-__all__ = ["SECTIONS", "SMALL_SHAPES", "Alternation", "Timing", "alternate", "main",
-           "measure", "other_load", "peak_extra", "saved_bytes"]
+__all__ = ["main"]

@@ -11,9 +11,10 @@ For each recipe (Bf16, FP8 delayed, FP8 current, Blockwise FP8, MX, NVFP4) on th
   after one warm-up step each; the ratio is the median over rounds of the round's ratio
   (robust to a busy spell, which hits both sides of a round), its interquartile spread
   beside it;
-- memory: bytes saved for backward by one forward
+- memory: bytes saved for backward by one forward of the model
   ([saved_bytes][normlab.bench.memory.saved_bytes]: distinct storages, the model's
-  parameters excluded), over those of the unconverted bfloat16 model.
+  parameters excluded; the loss's inputs, the same for every recipe, not counted), over
+  those of the unconverted bfloat16 model.
 
 torchao's float8 emulation (`convert_to_float8_training`, `emulate=True`) on the same
 models is the outside reference point: checked against its own definition, then timed and
@@ -53,8 +54,9 @@ TORCHAO = "torchao float8 (emulate)"
 
 
 def _saved(run: Run) -> int:
-    loss, nbytes = saved_bytes(run.loss, exclude=list(run.model.parameters()))
-    del loss  # frees the graph and what it saved
+    """Bytes the model's forward saves for backward (the loss's own inputs not counted)."""
+    out, nbytes = saved_bytes(lambda: run.model(run.x), exclude=list(run.model.parameters()))
+    del out  # frees the graph and what it saved
     return nbytes
 
 
@@ -202,16 +204,18 @@ def format_training(section: dict[str, Any], markdown: bool = False) -> str:
         Heading, table and legend lines.
     """
     i = section["info"]
-    load = i["load_average_1min"]
+    loads = [i[k] for k in ("load_average_1min", "load_average_1min_end")]
+    load = " -> ".join("-" if v is None else f"{v:.2f}" for v in loads)
     head = (f"emulated training (normlab.torch): {i['blocks']} residual MLP blocks, tokens "
             f"{i['tokens']}, width {i['width']}, hidden {i['hidden']}, AdamW; torch threads "
-            f"{i['torch_threads']}, load average {'-' if load is None else f'{load:.2f}'}")
+            f"{i['torch_threads']}, load average {load} (start -> end)")
     legend = (f"step = converted step / unconverted step, median over {i['rounds']} "
               "alternating rounds of the round's ratio (interquartile spread in brackets; "
               "the unconverted row gives its step time); saved = bytes saved for backward "
-              "by one forward (distinct storages, parameters excluded) / those of the "
-              "unconverted bf16 model; check = the layer's forward against the recipe's "
-              "NumPy functions (torchao: against its definition), within the float32 bound")
+              "by one forward of the model (distinct storages, parameters excluded) / those "
+              "of the unconverted bf16 model; check = the layer's forward against the "
+              "recipe's NumPy functions (torchao: against its definition), within the "
+              "float32 bound")
     table = render(_COLUMNS, [_cells(r) for r in section["rows"]], markdown)
     verdict = "correctness: " + ("ok" if section["ok"] else "FAILED")
     return "\n".join([head, table, verdict, legend])
