@@ -111,7 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_bits_parser(sub)
 
-    bench = sub.add_parser("bench", help="benchmark the kernels (arguments go to normlab.bench)")
+    bench = sub.add_parser("bench", help="benchmark the kernels and emulated training "
+                           "(arguments go to normlab.bench)")
     bench.add_argument("args", nargs=argparse.REMAINDER, help="arguments for normlab.bench")
 
     ex = sub.add_parser("exercise", help="print the runnable solution of an exercise")
@@ -251,7 +252,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "bench":
         import importlib
 
-        bench = importlib.import_module("normlab.bench")  # the kernels' benchmark
+        bench = importlib.import_module("normlab.bench")  # the benchmark package
         rest = [a for i, a in enumerate(args.args) if not (i == 0 and a == "--")]
         rc = bench.main(rest)
         return int(rc) if rc is not None else 0

@@ -16,7 +16,7 @@ numba = pytest.importorskip("numba")
 
 import normlab as nl  # noqa: E402
 from normlab._backend import kernel, use_backend  # noqa: E402
-from normlab._bench_cases import _peak_extra  # noqa: E402  (the bench's measure)
+from normlab.bench.memory import peak_extra  # noqa: E402  (the bench's measure)
 
 # about 2^20 values each: large beside the interpreter's own allocations during a call
 CASES = [((4096, 256), -1), ((8, 64, 32, 64), 1), ((16, 16, 4096), 0)]
@@ -57,12 +57,12 @@ def test_kernels_return_the_buffers_and_allocate_no_x_sized_temporary(shape, axi
         grads = bwd(d, cache, bufs)
         assert all(r is o for r, o in zip(grads, bufs, strict=True))
         small = x.nbytes // 8  # (C,) vectors and chunk partials only
-        assert _peak_extra(lambda: nl.batch_norm_forward(x, g, b, rm, rv, training, axis=axis,
+        assert peak_extra(lambda: nl.batch_norm_forward(x, g, b, rm, rv, training, axis=axis,
                                                    out=y)) < small
-        assert _peak_extra(lambda: nl.batch_norm_forward(x, g, b, rm, rv, training,
+        assert peak_extra(lambda: nl.batch_norm_forward(x, g, b, rm, rv, training,
                                                    axis=axis)) >= x.nbytes
-        assert _peak_extra(lambda: nl.batch_norm_backward(d, cache, out=bufs)) < small
-        assert _peak_extra(lambda: nl.batch_norm_backward(dy, cache)) >= x.nbytes
+        assert peak_extra(lambda: nl.batch_norm_backward(d, cache, out=bufs)) < small
+        assert peak_extra(lambda: nl.batch_norm_backward(dy, cache)) >= x.nbytes
 
 
 @pytest.mark.parametrize(("shape", "axis"), CASES)

@@ -14,14 +14,16 @@ import pytest
 
 pytest.importorskip("numba")
 
-from normlab import _bench_table, bench
-from normlab._bench_cases import SMALL_SHAPES
-from normlab._timing import measure
+from normlab import bench
+from normlab.bench import table as bench_table
+from normlab.bench.norm_cases import SMALL_SHAPES
+from normlab.bench.timing import measure
 
 
 def test_quick_run_checks_and_writes_json(tmp_path, capsys):
     path = tmp_path / "bench.json"
-    assert bench.main(["--quick", "--no-compile", "--budget", "0.05", "--json", str(path)]) == 0
+    assert bench.main(["--quick", "--no-compile", "--budget", "0.05", "--only", "kernels",
+                       "--json", str(path)]) == 0
     report = json.loads(path.read_text())
     assert report["correct"] is True and report["info"]["kernels"] is True
     ops = {(r["op"], tuple(r["shape"])) for r in report["rows"]}
@@ -46,14 +48,14 @@ def test_quick_run_checks_and_writes_json(tmp_path, capsys):
 def test_markdown_table_and_noise_warnings():
     row = {"op": "rms_norm fwd+bwd", "shape": [8, 64], "normlab_s": 2e-5, "normlab_min_s": 1e-5,
            "normlab_spread": 0.25, "torch_s": 4e-5, "torch_min_s": 3e-5, "torch_spread": 0.01}
-    md = _bench_table.table([row], markdown=True).splitlines()
+    md = bench_table.table([row], markdown=True).splitlines()
     assert md[0].startswith("| op (float32) | shape | normlab median |")
     assert md[2] == ("| RMSNorm fwd+bwd | 8x64 | 20.0 us | 10.0 us | 25% | - | 40.0 us | - | - "
                      "| - | - | 2.00x | - |")
-    warnings = _bench_table._noise_warnings([row], (3.0, 2))
+    warnings = bench_table._noise_warnings([row], (3.0, 2))
     assert "load average 3.00 on 2 cores" in warnings[0]
     assert "1 timings have a spread above 10%" in warnings[1] and "normlab rms_norm" in warnings[1]
-    assert _bench_table._noise_warnings([{**row, "normlab_spread": 0.05}], (0.1, 2)) == []
+    assert bench_table._noise_warnings([{**row, "normlab_spread": 0.05}], (0.1, 2)) == []
 
 
 def test_measure_reports_min_median_spread():

@@ -23,7 +23,7 @@ numba = pytest.importorskip("numba")
 import normlab as nl  # noqa: E402
 from normlab import _backend  # noqa: E402
 from normlab._backend import kernel, use_backend  # noqa: E402
-from normlab._bench_cases import _peak_extra  # noqa: E402  (the bench's measure)
+from normlab.bench.memory import peak_extra  # noqa: E402  (the bench's measure)
 
 NAMES = ("group_norm_forward", "group_norm_backward")
 
@@ -184,10 +184,10 @@ def test_out_buffers_are_written_in_place(shape, groups, dtype, served):
         inplace = nl.group_norm_backward(d, cache, out=(d, None, None))
         assert inplace[0] is d
         small = x.nbytes // 8  # statistics, (C,) vectors and partials only
-        assert _peak_extra(lambda: nl.group_norm_forward(x, groups, g, b, out=y)) < small
-        assert _peak_extra(lambda: nl.group_norm_forward(x, groups, g, b)) >= x.nbytes
-        assert _peak_extra(lambda: nl.group_norm_backward(dy, cache, out=bufs)) < small
-        assert _peak_extra(lambda: nl.group_norm_backward(dy, cache)) >= x.nbytes
+        assert peak_extra(lambda: nl.group_norm_forward(x, groups, g, b, out=y)) < small
+        assert peak_extra(lambda: nl.group_norm_forward(x, groups, g, b)) >= x.nbytes
+        assert peak_extra(lambda: nl.group_norm_backward(dy, cache, out=bufs)) < small
+        assert peak_extra(lambda: nl.group_norm_backward(dy, cache)) >= x.nbytes
     assert set(served) == set(NAMES) and "group_norm_backward" in served[-4:]
     for a, w in zip((y, *bufs), want, strict=True):
         np.testing.assert_array_equal(a, w)

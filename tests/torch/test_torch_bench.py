@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from normlab.torch.bench import format_rows, quantize_rows
+from normlab.bench.torch_quantize import format_rows, quantize_rows
 
 
 def test_rows_are_checked_and_formatted():

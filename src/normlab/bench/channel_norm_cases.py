@@ -1,14 +1,14 @@
-"""The benchmark's BatchNorm and GroupNorm cases: forward + backward, with and without out=.
+r"""The benchmark's BatchNorm and GroupNorm cases: forward + backward, with and without `out=`.
 
-Contract: as :mod:`normlab._bench_cases` (``bench_*(name, shape, ctx)`` returns one row).
+Contract: as [normlab.bench.norm_cases][] (`bench_*(name, shape, ctx)` returns one row).
 BatchNorm runs in training mode on (N, C) with running statistics tracked, GroupNorm on
-(N, C, H, W) with ``GROUPS`` groups; both with gamma and beta. Bytes that must move: the
+(N, C, H, W) with `GROUPS` groups; both with gamma and beta. Bytes that must move: the
 forward reads x and writes out, the backward reads x and dout and writes dx (5 arrays, the
-bound of the row norms). Compared with ``torch.nn.functional.batch_norm`` / ``group_norm``
+bound of the row norms). Compared with `torch.nn.functional.batch_norm` / `group_norm`
 plus autograd backward. Correctness against the float64 reference within
-16 eps32 sqrt(n) max|ref|, n the longest reduction (values per feature for BatchNorm,
-per (sample, group) or per channel for GroupNorm); ``out=`` rows equal to the new-array
-results, bit for bit.
+$16 \epsilon_{32} \sqrt{n} \max|ref|$, n the longest reduction (values per feature for
+BatchNorm, per (sample, group) or per channel for GroupNorm); `out=` rows equal to the
+new-array results, bit for bit.
 """
 
 from __future__ import annotations
@@ -21,11 +21,13 @@ import numpy as np
 
 import normlab as nl
 from normlab import _backend
-from normlab._bench_cases import _peak_extra, _time
+from normlab.bench.memory import peak_extra
+from normlab.bench.timing import time_into
 
 __all__ = ["GROUPS", "bench_channel_norm", "bench_channel_norm_out"]
 
-GROUPS = 32  # GroupNorm's groups (as in Wu & He's experiments)
+GROUPS = 32
+"""GroupNorm's groups (as in Wu & He's experiments)."""
 _EPS32 = float(np.finfo(np.float32).eps)
 
 
@@ -96,7 +98,22 @@ def _torch_run(torch: Any, case: dict[str, Any]) -> Callable[[], None]:
 
 def bench_channel_norm(name: str, shape: tuple[int, ...], ctx: dict[str, Any]
                        ) -> dict[str, Any]:
-    """BatchNorm or GroupNorm forward + backward returning new arrays."""
+    """BatchNorm or GroupNorm forward + backward returning new arrays.
+
+    Parameters
+    ----------
+    name : str
+        "batch_norm" or "group_norm".
+    shape : tuple of int
+        (N, C) for BatchNorm, (N, C, H, W) for GroupNorm; float32.
+    ctx : dict
+        The run's context (see [normlab.bench.norm_cases][]).
+
+    Returns
+    -------
+    row : dict
+        One row of the table.
+    """
     case = _case(name, shape, ctx["rng"])
     x, dy = case["x"], case["dy"]
 
@@ -107,14 +124,14 @@ def bench_channel_norm(name: str, shape: tuple[int, ...], ctx: dict[str, Any]
     row: dict[str, Any] = {"op": f"{name} fwd+bwd", "shape": list(shape)}
     if ctx["kernels"]:
         row["check"] = _check(case)
-        _time(row, "normlab", fwd_bwd, ctx)
-        row["normlab_peak_extra_bytes"] = _peak_extra(fwd_bwd)
+        time_into(row, "normlab", fwd_bwd, ctx["budget"])
+        row["normlab_peak_extra_bytes"] = peak_extra(fwd_bwd)
     with _backend.use_backend("numpy"):
-        _time(row, "numpy", fwd_bwd, ctx, slow=True)
-        row["numpy_peak_extra_bytes"] = _peak_extra(fwd_bwd)
+        time_into(row, "numpy", fwd_bwd, ctx["budget"], slow=True)
+        row["numpy_peak_extra_bytes"] = peak_extra(fwd_bwd)
     row["outputs_bytes"] = 2 * x.nbytes  # out and dx
     if ctx["torch"] is not None:
-        _time(row, "torch", _torch_run(ctx["torch"], case), ctx)
+        time_into(row, "torch", _torch_run(ctx["torch"], case), ctx["budget"])
     row["bound_s"] = 5 * x.nbytes / ctx["bandwidth"]
     row["bound_alloc_s"] = row["bound_s"] + 2 * x.nbytes * ctx["page_cost"]  # new out, dx
     return row
@@ -122,7 +139,22 @@ def bench_channel_norm(name: str, shape: tuple[int, ...], ctx: dict[str, Any]
 
 def bench_channel_norm_out(name: str, shape: tuple[int, ...], ctx: dict[str, Any]
                            ) -> dict[str, Any]:
-    """The same into ``out=`` buffers allocated once: held to the plain bound."""
+    """The same into `out=` buffers allocated once: held to the plain bound.
+
+    Parameters
+    ----------
+    name : str
+        "batch_norm" or "group_norm".
+    shape : tuple of int
+        (N, C) for BatchNorm, (N, C, H, W) for GroupNorm; float32.
+    ctx : dict
+        The run's context (see [normlab.bench.norm_cases][]).
+
+    Returns
+    -------
+    row : dict
+        One row of the table.
+    """
     case = _case(name, shape, ctx["rng"])
     x, dy = case["x"], case["dy"]
     y, dx = np.empty_like(x), np.empty_like(x)
@@ -139,6 +171,6 @@ def bench_channel_norm_out(name: str, shape: tuple[int, ...], ctx: dict[str, Any
         new = (out, *_bwd(case, dy, cache))
         same = all(np.array_equal(a, b) for a, b in zip((y, *grads), new, strict=True))
         row["check"] = {"same_as_new_arrays": bool(same)}
-        _time(row, "normlab", fwd_bwd, ctx)
+        time_into(row, "normlab", fwd_bwd, ctx["budget"])
     row["bound_s"] = row["bound_alloc_s"] = 5 * x.nbytes / ctx["bandwidth"]
     return row

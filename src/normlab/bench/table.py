@@ -1,11 +1,11 @@
 """The benchmark's report: an aligned text or markdown table, the header and the warnings.
 
-Contract: rows are the dicts :mod:`normlab.bench` builds (``op``, ``shape``, and for each of
-``normlab``, ``numpy``, ``torch``, ``ml_dtypes`` the fields ``<who>_s`` (median seconds per
-call), ``<who>_min_s`` and ``<who>_spread`` from :func:`normlab._timing.measure`, plus
-``bound_s`` / ``bound_alloc_s`` where a bandwidth bound applies). Ratios "A / normlab" above 1
-mean normlab is faster; "normlab / bound" is how far normlab is from moving its bytes at the
-copy bandwidth.
+Contract: rows are the dicts the cases build (`op`, `shape`, and for each of `normlab`,
+`numpy`, `torch`, `ml_dtypes` the fields `<who>_s` (median seconds per call),
+`<who>_min_s` and `<who>_spread` from [measure][normlab.bench.timing.measure], plus
+`bound_s` / `bound_alloc_s` where a bandwidth bound applies). Ratios "A / normlab" above 1
+mean normlab is faster; "normlab / bound" is how far normlab is from moving its bytes at
+the copy bandwidth.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from normlab._timing import SPREAD_WARN
+from normlab.bench.timing import SPREAD_WARN
 
-__all__ = ["report", "table"]
+__all__ = ["format_seconds", "render", "report", "table"]
 
 _COLUMNS = ("op (float32)", "shape", "normlab median", "normlab min", "spread",
             "NumPy ref", "PyTorch", "ml_dtypes", "bound", "normlab / bound",
@@ -24,7 +24,19 @@ _OP_NAMES = {"layer_norm": "LayerNorm", "rms_norm": "RMSNorm", "batch_norm": "Ba
              "group_norm": "GroupNorm"}
 
 
-def _fmt_t(v: float | None) -> str:
+def format_seconds(v: float | None) -> str:
+    """Seconds as "12.3 us" below a millisecond, else "12.3 ms"; None as "-".
+
+    Parameters
+    ----------
+    v : float or None
+        Seconds.
+
+    Returns
+    -------
+    text : str
+        The formatted time.
+    """
     if v is None:
         return "-"
     return f"{v * 1e6:.1f} us" if v < 1e-3 else f"{v * 1e3:.1f} ms"
@@ -38,24 +50,63 @@ def _cells(r: dict[str, Any]) -> list[str]:
     nls = r.get("normlab_s")
     first, rest = r["op"].split(" ", 1)  # "layer_norm fwd+bwd" -> "LayerNorm fwd+bwd"
     spread = r.get("normlab_spread")
-    return [f"{_OP_NAMES.get(first, first)} {rest}", "x".join(map(str, r["shape"])),
-            _fmt_t(nls), _fmt_t(r.get("normlab_min_s")),
-            "-" if spread is None else f"{100 * spread:.0f}%", _fmt_t(r.get("numpy_s")),
-            _fmt_t(r.get("torch_s")), _fmt_t(r.get("ml_dtypes_s")), _fmt_t(r.get("bound_s")),
+    times = [format_seconds(r.get(k)) for k in ("normlab_s", "normlab_min_s")]
+    others = [format_seconds(r.get(k)) for k in ("numpy_s", "torch_s", "ml_dtypes_s", "bound_s")]
+    return [f"{_OP_NAMES.get(first, first)} {rest}", "x".join(map(str, r["shape"])), *times,
+            "-" if spread is None else f"{100 * spread:.0f}%", *others,
             _ratio(nls, r.get("bound_s")), _ratio(nls, r.get("bound_alloc_s")),
             _ratio(r.get("torch_s"), nls), _ratio(r.get("ml_dtypes_s"), nls)]
 
 
-def table(rows: Sequence[dict[str, Any]], markdown: bool = False) -> str:
-    """The rows as an aligned text table, or a markdown table (``markdown=True``)."""
-    body = [_cells(r) for r in rows]
+def render(columns: Sequence[str], body: Sequence[Sequence[str]], markdown: bool = False) -> str:
+    """Cells as an aligned text table (first column left, the others right), or markdown.
+
+    Parameters
+    ----------
+    columns : sequence of str
+        The header cells.
+    body : sequence of sequence of str
+        One sequence of cells per row, as many as `columns`.
+    markdown : bool, optional
+        A markdown table instead of aligned text. Default False.
+
+    Returns
+    -------
+    text : str
+        The header, a rule and one line per row.
+
+    Examples
+    --------
+    >>> print(render(["op", "time"], [["copy", "1.0 ms"]]))
+    op    time
+    ----------
+    copy  1.0 ms
+    """
     if markdown:
-        lines = ["| " + " | ".join(_COLUMNS) + " |", "|" + "---|" * len(_COLUMNS)]
+        lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
         return "\n".join(lines + ["| " + " | ".join(c) + " |" for c in body])
-    widths = [max(len(c[i]) for c in [list(_COLUMNS), *body]) for i in range(len(_COLUMNS))]
+    widths = [max(len(c[i]) for c in [list(columns), *body]) for i in range(len(columns))]
     fmt = "  ".join(f"{{:{'<' if i == 0 else '>'}{w}}}" for i, w in enumerate(widths))
-    head = fmt.format(*_COLUMNS)
+    head = fmt.format(*columns)
     return "\n".join([head, "-" * len(head), *(fmt.format(*c) for c in body)])
+
+
+def table(rows: Sequence[dict[str, Any]], markdown: bool = False) -> str:
+    """The kernel rows as an aligned text table, or a markdown table.
+
+    Parameters
+    ----------
+    rows : sequence of dict
+        Rows of the cases.
+    markdown : bool, optional
+        A markdown table instead of aligned text. Default False.
+
+    Returns
+    -------
+    text : str
+        The table, one line per row after the header.
+    """
+    return render(_COLUMNS, [_cells(r) for r in rows], markdown)
 
 
 def _noise_warnings(rows: Sequence[dict[str, Any]], load: tuple[float, int] | None) -> list[str]:
@@ -85,7 +136,21 @@ def _header(info: dict[str, Any]) -> str:
 
 def report(info: dict[str, Any], rows: list[dict[str, Any]], ok: bool, markdown: bool,
             load: tuple[float, int] | None) -> None:
-    """Print the header, the table, the checks' verdict, memory, compile times, warnings."""
+    """Print the header, the table, the checks' verdict, memory, compile times, warnings.
+
+    Parameters
+    ----------
+    info : dict
+        The run's machine facts (cores, threads, load, bandwidths, compile times).
+    rows : list of dict
+        Rows of the cases.
+    ok : bool
+        Whether every correctness check passed.
+    markdown : bool
+        Print the table as markdown.
+    load : tuple of (float, int) or None
+        The highest load average seen during the run, and the core count.
+    """
     print(_header(info))
     print(table(rows, markdown))
     verdict = ("ok" if ok else "FAILED") if info["kernels"] else "not checked (no kernels)"
@@ -107,5 +172,3 @@ def report(info: dict[str, Any], rows: list[dict[str, Any]], ok: bool, markdown:
               f"empty kernel cache, {c['warm_cache_s']:.2f} s with a warm one")
     for line in _noise_warnings(rows, load):
         print(line)
-
-

@@ -1,0 +1,221 @@
+"""The `normlab bench` section for emulated low-precision training (needs PyTorch).
+
+For each recipe (Bf16, FP8 delayed, FP8 current, Blockwise FP8, MX, NVFP4) on the model of
+[normlab.bench.training_model][] (2 residual MLP blocks, tokens 2048, width 512, hidden
+1536, AdamW), float32 and bfloat16 models:
+
+- correctness first: [recipe_check][normlab.bench.training_checks.recipe_check], the
+  layer's forward against the NumPy recipe functions (within the float32 bound);
+- step time: one converted training step over the same step of the unconverted model,
+  timed with [alternate][normlab.bench.timing.alternate] in `rounds` alternating rounds
+  after one warm-up step each; the ratio is the median over rounds of the round's ratio
+  (robust to a busy spell, which hits both sides of a round), its interquartile spread
+  beside it;
+- memory: bytes saved for backward by one forward of the model
+  ([saved_bytes][normlab.bench.memory.saved_bytes]: distinct storages, the model's
+  parameters excluded; the loss's inputs, the same for every recipe, not counted), over
+  those of the unconverted bfloat16 model.
+
+torchao's float8 emulation (`convert_to_float8_training`, `emulate=True`) on the same
+models is the outside reference point: checked against its own definition, then timed and
+measured alike; its row says "not installed" without torchao.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import torch
+
+from normlab.bench.memory import saved_bytes
+from normlab.bench.table import format_seconds, render
+from normlab.bench.timing import alternate, other_load
+from normlab.bench.training_checks import recipe_check, torchao_check
+from normlab.bench.training_model import (
+    FULL,
+    QUICK,
+    ModelSize,
+    Run,
+    build_model,
+    convert,
+    recipes,
+    torchao_convert,
+)
+
+__all__ = ["DTYPES", "TORCHAO", "format_training", "training_section"]
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+"""The model dtypes of the section, by the name its table shows."""
+TORCHAO = "torchao float8 (emulate)"
+"""The name of torchao's row."""
+
+
+def _saved(run: Run) -> int:
+    """Bytes the model's forward saves for backward (the loss's own inputs not counted)."""
+    out, nbytes = saved_bytes(lambda: run.model(run.x), exclude=list(run.model.parameters()))
+    del out  # frees the graph and what it saved
+    return nbytes
+
+
+def _measure(row: dict[str, Any], convert_fn: Callable[[torch.nn.Module], torch.nn.Module],
+             plain: dict[str, Run], size: ModelSize, rounds: int,
+             plain_steps: dict[str, list[float]]) -> None:
+    """Saved bytes and step-time ratios of `convert_fn(model)` for each dtype, into `row`;
+    the unconverted steps' times are appended to `plain_steps`."""
+    for name, run in plain.items():
+        conv = Run.of(convert_fn(run.model), size)
+        row[f"saved_{name}_bytes"] = _saved(conv)
+        t = alternate(conv.step, run.step, rounds=rounds)
+        row[f"{name}_ratio"], row[f"{name}_spread"] = t.ratio, t.ratio_spread
+        row[f"{name}_step_s"] = statistics.median(t.a_s)
+        plain_steps[name].extend(t.b_s)
+        del conv
+
+
+def _torchao_row(plain: dict[str, Run], size: ModelSize, rounds: int,
+                 plain_steps: dict[str, list[float]]) -> dict[str, Any]:
+    row: dict[str, Any] = {"recipe": TORCHAO}
+    converter = torchao_convert()
+    if isinstance(converter, str):
+        row["status"] = converter
+        return row
+    try:
+        row["check"] = torchao_check(converter)
+    except Exception as exc:  # torchao may not run on this device or torch version
+        row["status"] = f"does not run here ({type(exc).__name__}: {exc})"
+        return row
+    if not row["check"]["passed"]:
+        row["status"] = "differs from its definition: not timed"
+        return row
+    row["status"] = "ok"
+    _measure(row, converter, plain, size, rounds, plain_steps)
+    return row
+
+
+def training_section(quick: bool = False, rounds: int | None = None,
+                     seed: int = 0) -> dict[str, Any]:
+    """Check, time and measure every recipe on the benchmark model (module docstring).
+
+    Parameters
+    ----------
+    quick : bool, optional
+        The small model of `QUICK` on one torch thread (a smoke run of every code path).
+        Default False: the model of `FULL` on torch's threads as set.
+    rounds : int or None, optional
+        Alternating rounds per ratio; None: 2 with `quick`, else 5.
+    seed : int, optional
+        Seed of the initial weights. Default 0.
+
+    Returns
+    -------
+    section : dict
+        `info` (sizes, threads, rounds, load), `rows` (one per recipe, then torchao's) and
+        `ok` (every recipe's check passed).
+
+    Examples
+    --------
+    >>> section = training_section(quick=True, rounds=1)  # doctest: +SKIP
+    >>> section["ok"]  # doctest: +SKIP
+    True
+    """
+    rounds = (2 if quick else 5) if rounds is None else max(1, int(rounds))
+    threads = torch.get_num_threads()
+    if quick:  # tiny products: a second thread only waits (and waits long on a busy machine)
+        torch.set_num_threads(1)
+    try:
+        return _section(QUICK if quick else FULL, rounds, seed)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _section(size: ModelSize, rounds: int, seed: int) -> dict[str, Any]:
+    load = other_load()
+    plain = {name: Run.of(build_model(size, dtype, seed), size) for name, dtype in DTYPES.items()}
+    base: dict[str, Any] = {"recipe": "unconverted"}
+    for name, run in plain.items():
+        base[f"saved_{name}_bytes"] = _saved(run)
+    rows = []
+    plain_steps: dict[str, list[float]] = {name: [] for name in DTYPES}
+    for label, recipe in recipes().items():
+        row: dict[str, Any] = {"recipe": label, "check": recipe_check(recipe)}
+        _measure(row, partial(convert, recipe=recipe), plain, size, rounds, plain_steps)
+        rows.append(row)
+    rows.append(_torchao_row(plain, size, rounds, plain_steps))
+    for name in DTYPES:  # the unconverted step: median over every round of the section
+        base[f"{name}_step_s"] = statistics.median(plain_steps[name])
+        base[f"{name}_ratio"] = 1.0
+    for r in [base, *rows]:
+        for name in DTYPES:
+            if f"saved_{name}_bytes" in r:
+                r[f"saved_{name}_ratio"] = r[f"saved_{name}_bytes"] / base["saved_bf16_bytes"]
+    end = other_load()
+    info = {"tokens": size.tokens, "width": size.width, "hidden": size.hidden,
+            "blocks": size.blocks, "rounds": rounds, "torch_threads": torch.get_num_threads(),
+            "load_average_1min": None if load is None else load[0],
+            "load_average_1min_end": None if end is None else end[0]}
+    ok = all(r["check"]["passed"] for r in rows if r["recipe"] != TORCHAO)
+    return {"info": info, "rows": [base, *rows], "ok": ok}
+
+
+_COLUMNS = ("recipe", "check", "fp32 model step", "bf16 model step", "saved, fp32 model",
+            "saved, bf16 model")
+
+
+def _check_cell(row: dict[str, Any]) -> str:
+    check = row.get("check")
+    if check is None:
+        return "-"
+    if not check["passed"]:
+        return f"FAILED ({check['max_error']:.3g})"
+    return "ok, bit-identical" if check["bit_identical"] else "ok"
+
+
+def _cells(row: dict[str, Any]) -> list[str]:
+    if row["recipe"] == TORCHAO and row.get("status") != "ok":
+        return [row["recipe"], row["status"], "-", "-", "-", "-"]
+    cells = [row["recipe"], _check_cell(row)]
+    for name in DTYPES:
+        ratio = f"{row[f'{name}_ratio']:.2f}x"
+        cells.append(f"{ratio} ({format_seconds(row[f'{name}_step_s'])})"
+                     if row["recipe"] == "unconverted" else
+                     f"{ratio} ({100 * row[f'{name}_spread']:.0f}%)")
+    for name in DTYPES:
+        cells.append(f"{row[f'saved_{name}_ratio']:.2f}x "
+                     f"({row[f'saved_{name}_bytes'] / 2**20:.1f} MiB)")
+    return cells
+
+
+def format_training(section: dict[str, Any], markdown: bool = False) -> str:
+    """The section as a heading, an aligned text (or markdown) table and its legend.
+
+    Parameters
+    ----------
+    section : dict
+        The result of [training_section][normlab.bench.training.training_section].
+    markdown : bool, optional
+        A markdown table. Default False.
+
+    Returns
+    -------
+    text : str
+        Heading, table and legend lines.
+    """
+    i = section["info"]
+    loads = [i[k] for k in ("load_average_1min", "load_average_1min_end")]
+    load = " -> ".join("-" if v is None else f"{v:.2f}" for v in loads)
+    head = (f"emulated training (normlab.torch): {i['blocks']} residual MLP blocks, tokens "
+            f"{i['tokens']}, width {i['width']}, hidden {i['hidden']}, AdamW; torch threads "
+            f"{i['torch_threads']}, load average {load} (start -> end)")
+    legend = (f"step = converted step / unconverted step, median over {i['rounds']} "
+              "alternating rounds of the round's ratio (interquartile spread in brackets; "
+              "the unconverted row gives its step time); saved = bytes saved for backward "
+              "by one forward of the model (distinct storages, parameters excluded) / those "
+              "of the unconverted bf16 model; check = the layer's forward against the "
+              "recipe's NumPy functions (torchao: against its definition), within the "
+              "float32 bound")
+    table = render(_COLUMNS, [_cells(r) for r in section["rows"]], markdown)
+    verdict = "correctness: " + ("ok" if section["ok"] else "FAILED")
+    return "\n".join([head, table, verdict, legend])

@@ -1,0 +1,117 @@
+"""The emulated-training bench section: checks that can fail, saved bytes, torchao's row.
+
+No timing is asserted (speed is measured by the benchmark); only that every recipe was
+checked, timed and measured, and that each check turns FAIL when the mechanism it checks
+is broken.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+
+import pytest
+import torch
+
+import normlab.torch as nt
+from normlab.bench import command
+from normlab.bench import training as tr
+from normlab.bench import training_checks as checks
+from normlab.bench import training_model as tm
+from normlab.bench.memory import saved_bytes
+
+_RECIPES = list(tm.recipes().items())
+
+
+def _plain_linear(self, x):
+    return torch.nn.functional.linear(x, self.weight, self.bias)
+
+
+def test_saved_bytes_counts_distinct_storages_and_skips_the_excluded():
+    w = torch.ones(4, 6, requires_grad=True)  # 96 bytes
+    x = torch.ones(8, 4, requires_grad=True)  # 128 bytes
+    # x @ w saves x (for dW) and w (for dx); relu saves its output (8x6, 192 bytes)
+    _, n = saved_bytes(lambda: (x @ w).relu().sum())
+    assert n == 128 + 96 + 192
+    _, n = saved_bytes(lambda: (x @ w).relu().sum(), exclude=[w])
+    assert n == 128 + 192
+    # two views of one storage count once, with the storage's size
+    big = torch.ones(16, 4, requires_grad=True)
+    _, n = saved_bytes(lambda: (big[:8] @ w).sum() + (big[8:] @ w).sum(), exclude=[w])
+    assert n == big.nbytes
+
+
+def test_unconverted_bf16_model_saves_its_activations():
+    # per block: LayerNorm's input, fc1's input, GELU's input and fc2's input, bf16, plus
+    # LayerNorm's per-row mean and rstd (bf16 or float32); parameters are excluded
+    size = tm.ModelSize(tokens=32, width=16, hidden=48, blocks=2)
+    run = tm.Run.of(tm.build_model(size, torch.bfloat16), size)
+    _, n = saved_bytes(lambda: run.model(run.x), exclude=list(run.model.parameters()))
+    acts = size.blocks * 2 * size.tokens * (2 * size.width + 2 * size.hidden)
+    assert acts <= n <= acts + size.blocks * 2 * 4 * size.tokens
+    section_saved = tr._saved(run)  # what the section reports for this model
+    assert section_saved == n
+
+
+@pytest.mark.parametrize(("name", "recipe"), _RECIPES, ids=[n for n, _ in _RECIPES])
+def test_recipe_check_passes_and_fails_when_the_layer_skips_the_recipe(name, recipe,
+                                                                        monkeypatch):
+    result = checks.recipe_check(recipe)
+    assert result["passed"] and result["max_error"] <= 1.0, result
+    monkeypatch.setattr(nt.QuantLinear, "forward", _plain_linear)
+    broken = checks.recipe_check(recipe)
+    assert not broken["passed"] and broken["max_error"] > 1.0 and not broken["bit_identical"]
+
+
+def test_torchao_check_fails_for_a_converter_that_does_not_quantise():
+    result = checks.torchao_check(lambda model: model)  # a plain float32 Linear
+    assert not result["passed"] and result["max_error"] > 1.0
+
+
+def test_torchao_row_says_not_installed_without_torchao(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torchao", None)
+    monkeypatch.setitem(sys.modules, "torchao.float8", None)
+    assert tm.torchao_convert() == "not installed"
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torchao") is None, reason="torchao not installed")
+def test_torchao_float8_emulation_follows_its_definition():
+    converter = tm.torchao_convert()
+    assert callable(converter), converter
+    result = checks.torchao_check(converter)
+    assert result["passed"], result
+
+
+def test_quick_section_checks_times_and_measures_every_recipe():
+    section = tr.training_section(quick=True, rounds=1)
+    rows = {r["recipe"]: r for r in section["rows"]}
+    assert list(rows) == ["unconverted", *tm.recipes(), tr.TORCHAO]
+    assert section["ok"] is True
+    assert rows["unconverted"]["saved_bf16_ratio"] == 1.0
+    for name in tm.recipes():
+        row = rows[name]
+        assert row["check"]["passed"]
+        for dtype in tr.DTYPES:
+            assert row[f"{dtype}_ratio"] > 0 and row[f"{dtype}_step_s"] > 0
+            assert row[f"saved_{dtype}_bytes"] > 0
+    torchao = rows[tr.TORCHAO]
+    if importlib.util.find_spec("torchao") is None:
+        assert torchao["status"] == "not installed"
+    text = tr.format_training(section)
+    assert "correctness: ok" in text and "NVFP4" in text and tr.TORCHAO in text
+    assert torch.get_num_threads() >= 1  # the quick run restored torch's thread count
+
+
+def test_the_bench_fails_when_a_training_check_fails(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(tm, "recipes", lambda: {"Bf16": nt.Bf16Recipe()})
+    monkeypatch.setattr(tr, "recipes", tm.recipes)
+    monkeypatch.setattr(tr, "torchao_convert", lambda: "not installed")
+    monkeypatch.setattr(nt.QuantLinear, "forward", _plain_linear)
+    path = tmp_path / "bench.json"
+    assert command.main(["--quick", "--only", "training", "--rounds", "1", "--json",
+                         str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "correctness: FAILED" in out and "FAILED (" in out
+    report = json.loads(path.read_text())
+    assert report["correct"] is False and report["training"]["ok"] is False
