@@ -30,3 +30,16 @@ def test_pre_post_swapped_fails(monkeypatch):
     # the two claims that pass unbroken (tests/lab/test_exp_residual_depth.py) now fail
     assert not checks["Post-LN: output change under a parameter perturbation is O(N)"]
     assert not checks["Pre-LN: output change is O(log N)"]
+
+
+def test_deepnorm_constants_dropped_leave_the_bounded_update_unreproduced(monkeypatch):
+    # DeepNorm with alpha = beta = 1 is Post-LN: its SGD update grows with depth, so the
+    # bounded-update claim (PASS unbroken: slope -0.02 at the quick size, seed 0) no longer
+    # holds and is reported NOT REPRODUCED, resolved beyond two bootstrap errors
+    from normlab.lab.experiments import _residual_models
+
+    monkeypatch.setattr(_residual_models, "deepnorm_constants", lambda n: (1.0, 1.0))
+    (outcome,) = run_experiments(["residual_depth"], Settings("quick", 0))
+    deep = outcome.result.checks[1]
+    assert deep.claim.startswith("DeepNorm") and deep.verdict == "NOT REPRODUCED", deep.measured
+

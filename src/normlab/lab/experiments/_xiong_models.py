@@ -75,11 +75,12 @@ class ScaledEmbedding(Module):
 
 
 def xiong_lm(vocab: int, d: int, layers: int, context: int, placement: str,
-             rng: np.random.Generator) -> TransformerLM:
+             rng: np.random.Generator, dtype: Any = np.float32) -> TransformerLM:
     """A character LM with Xiong et al.'s initialisation (module docstring), ReLU, LayerNorm."""
     model = TransformerLM(
         vocab, d, HEADS, layers, context, placement, "layer", rng=rng, d_ff=FF_RATIO * d,
         tie_weights=True, embed_std=d**-0.5, activation="relu", init="xavier_normal",
+        dtype=dtype,
     )  # fmt: skip
     model.token_embedding = ScaledEmbedding(model.token_embedding, math.sqrt(d))
     return model

@@ -220,7 +220,7 @@ def checks(m: dict[str, Any]) -> list[Check]:
             "run did not train)",
             measured="Post-LN " + ", ".join(_fmt(v) for v in post0)
             + " vs Pre-LN " + ", ".join(_fmt(v) for v in pre0),
-            passed=bool(np.all(post0 >= pre0 + _GAP_NATS)),
+            passed=bool(np.all(post0 >= pre0 + _GAP_NATS)) and ref_trained,
             values={"post_no_warmup": _jsonable(post0), "pre_no_warmup": _jsonable(pre0),
                     "window": window},
             if_false=inconclusive,
@@ -245,7 +245,8 @@ def checks(m: dict[str, Any]) -> list[Check]:
             "neither trained",
             measured=f"Pre-LN, no warmup {_fmt(best_pre)}; Post-LN, warmup {_fmt(best_post)} "
             f"({best_pre - best_post:+.3f} nats)",
-            passed=bool(best_pre <= best_post + _COMPARABLE_NATS),
+            passed=bool(best_pre <= best_post + _COMPARABLE_NATS
+                        and min(best_pre, best_post) <= limit),
             values={"best_pre_no_warmup": _jsonable(np.array([best_pre]))[0],
                     "best_post_warmup": _jsonable(np.array([best_post]))[0]},
             if_false="NOT REPRODUCED" if min(best_pre, best_post) <= limit else "INCONCLUSIVE",
