@@ -15,9 +15,9 @@ Initialization") analyse, and train with, the fairseq Transformer:
   token embedding (the unscaled table, as in fairseq);
 * ReLU FFN of width 2d and 4 heads (their IWSLT14 model: d = 512, FFN 1024, 4 heads).
 
-[ScaledEmbedding][normlab.lab.experiments._xiong_models.ScaledEmbedding] is the
+`_xiong_models.ScaledEmbedding` is the
 $\sqrt d$ factor as a module (gradient multiplied by the same factor on the way back);
-[init_record][normlab.lab.experiments._xiong_models.init_record] measures the built
+`_xiong_models.init_record` measures the built
 model, so the report states the initialisation that actually ran.
 """
 

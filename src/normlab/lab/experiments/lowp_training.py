@@ -24,14 +24,14 @@ recipes, so differences are paired. Criteria (fixed before the first run, never 
   smallest detectable effect.
 
 What the seeds can resolve: the smallest detectable effect (SDE) is 2 standard errors of
-the paired differences over the seeds ([_resolution][normlab.lab.experiments._resolution];
+the paired differences over the seeds (`_resolution`;
 one seed resolves nothing). A claim that misses its criterion is NOT REPRODUCED, with the
 numbers, when the miss is larger than the SDE, and INCONCLUSIVE below it: a paired
 difference smaller than the SDE is not evidence either way (three seeds of this model
 resolve about 0.05 nats, more than the losses the NVIDIA ablations report at scale).
 
 Mechanism checks, which FAIL when broken
-([_lowp_mechanisms][normlab.lab.experiments._lowp_mechanisms]): every run ends at least
+(`_lowp_mechanisms`): every run ends at least
 0.2 nats below the unigram entropy (a recipe that learns nothing is a broken mechanism, not
 a finding); stochastic rounding of the NVFP4 gradients is unbiased where nearest is not;
 the random Hadamard transform spreads an injected outlier; 16x16 weight tiles give the same

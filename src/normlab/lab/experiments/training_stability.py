@@ -9,7 +9,7 @@ trained with warmup.
 
 Setup, as the paper's (section 3.3 and appendix A.1) at a small size: a character-level
 Transformer LM on the shipped prose corpus with Xiong et al.'s initialisation
-([xiong_lm][normlab.lab.experiments._xiong_models.xiong_lm]: Xavier-normal weights, zero
+(`_xiong_models.xiong_lm`: Xavier-normal weights, zero
 biases, token embeddings $N(0, 1/d)$ times $\sqrt d$, learned positions $N(0, 1/d)$, the
 head tied to the token table, ReLU FFN of width 2d, 4 heads), AdamW with betas 0.9/0.98 and
 no weight decay, an optional linear warmup over the first fifth of the steps and a linear

@@ -9,7 +9,7 @@ expected gradients grows along with the layer index"; for Pre-LN it "almost keep
 for different layers".
 
 Setup, as theirs at a small size: 6 layers with Xiong et al.'s initialisation
-([xiong_lm][normlab.lab.experiments._xiong_models.xiong_lm]: Xavier-normal weights, zero
+(`_xiong_models.xiong_lm`: Xavier-normal weights, zero
 biases, token embeddings $N(0, 1/d)$ times $\sqrt d$, head tied to the token table, ReLU FFN
 of width 2d, 4 heads), the mean next-character cross-entropy on the shipped corpus. Per seed
 a fresh model; its gradient is averaged over several mini-batches of B windows (the
