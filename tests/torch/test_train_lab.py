@@ -20,8 +20,7 @@ from normlab.lab.experiments import EXPERIMENTS  # noqa: E402
 from normlab.lab.experiments import lowp_training as exp  # noqa: E402
 from normlab.lab.result import Settings  # noqa: E402
 from normlab.lab.runner import run_experiments  # noqa: E402
-from normlab.torch import _operands  # noqa: E402
-from normlab.torch import recipes  # noqa: E402
+from normlab.torch import _operands, recipes  # noqa: E402
 
 
 def _run(monkeypatch: pytest.MonkeyPatch, configs: tuple[str, ...]):

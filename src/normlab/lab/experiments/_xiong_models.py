@@ -82,7 +82,8 @@ def xiong_lm(vocab: int, d: int, layers: int, context: int, placement: str,
         tie_weights=True, embed_std=d**-0.5, activation="relu", init="xavier_normal",
         dtype=dtype,
     )  # fmt: skip
-    model.token_embedding = ScaledEmbedding(model.token_embedding, math.sqrt(d))
+    scaled = ScaledEmbedding(model.token_embedding, math.sqrt(d))
+    model.token_embedding = scaled  # type: ignore[assignment]  # same forward/backward
     return model
 
 

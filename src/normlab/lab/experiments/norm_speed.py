@@ -110,7 +110,7 @@ def correctness_errors(backend: str, arrays: tuple[np.ndarray, ...]) -> dict[str
     return errors
 
 
-def time_ratio(backend: str, arrays: tuple[np.ndarray, ...], repeats: int) -> dict[str, float]:
+def time_ratio(backend: str, arrays: tuple[np.ndarray, ...], repeats: int) -> dict[str, Any]:
     """Median t_LN, t_RMS (seconds) and median per-repeat ratio t_LN / t_RMS on ``backend``."""
 
     def once(fn: Callable[..., Any]) -> float:
@@ -195,7 +195,7 @@ def _checks(backend: str, err: dict[str, float], tm: dict[str, Any]) -> list[Che
     ]  # fmt: skip
 
 
-def _figure(times: dict[str, dict[str, float]], rows: int, width: int) -> dict:
+def _figure(times: dict[str, dict[str, Any]], rows: int, width: int) -> dict:
     fig, ax = new_figure(width=6.0, height=3.6)
     names = list(times)
     xs = np.arange(len(names))

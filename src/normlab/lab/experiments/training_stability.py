@@ -197,7 +197,7 @@ def checks(m: dict[str, Any]) -> list[Check]:
     best_post = min(sweep[("post", True)].values())
     ok1, if1, note1 = _c1(m)
     ref_trained = bool(np.all(pre0 <= limit))  # C2 and C3 compare against a trained run
-    inconclusive = "INCONCLUSIVE" if not ref_trained else "NOT REPRODUCED"
+    inconclusive: Verdict = "INCONCLUSIVE" if not ref_trained else "NOT REPRODUCED"
     return [
         Check(
             source="Xiong et al. 2020, section 4",

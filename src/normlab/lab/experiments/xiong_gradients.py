@@ -38,6 +38,7 @@ Shapes: B windows of T characters, C = d model width.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -123,7 +124,11 @@ def _judge(per_seed: np.ndarray, limits: dict[str, tuple[str, float]],
     """Whether the stats meet `limits` (name -> (">=" or "<=", threshold)); else the verdict
     of the miss: INCONCLUSIVE when each failed stat is within 2 bootstrap se of its limit."""
     st = _stats(per_seed)
-    se = {k: bootstrap_se(per_seed, lambda a, k=k: _stats(a)[k], rng) for k in limits}
+
+    def stat(key: str) -> Callable[[np.ndarray], float]:
+        return lambda a: _stats(a)[key]
+
+    se = {k: bootstrap_se(per_seed, stat(k), rng) for k in limits}
     ok = {k: st[k] >= t if op == ">=" else st[k] <= t for k, (op, t) in limits.items()}
     misses = [(st[k], limits[k][1], se[k]) for k in limits if not ok[k]]
     verdict = miss_verdict(misses) if misses else "NOT REPRODUCED"
