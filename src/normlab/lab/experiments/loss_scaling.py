@@ -15,9 +15,9 @@ t_n)^2$, so once the error of an output falls below $N \cdot 2^{-25}$ its gradie
 zero in fp16 (values up to half the smallest subnormal do) and nothing downstream learns
 from it. The network is a dense regressor: B examples of F Gaussian inputs, two ReLU hidden
 layers of width H, and a linear head with K outputs per example, N = B K outputs in all
-($2^{20}$ with `--full`, the size of a small batch of images; $2^{17}$ at the default size
-and $2^{15}$ at `--quick`, where the flush level $N \cdot 2^{-25}$ is lower, to fit 2 CPU
-cores); a fixed teacher of the same architecture gives the targets. Every weight is
+($2^{20}$ with `--full`, the size of a small batch of images; to fit 2 CPU cores, $2^{17}$
+at the default size and $2^{15}$ at `--quick`, where an output's error must fall further,
+below $N \cdot 2^{-25}$, before its gradient flushes); a fixed teacher of the same architecture gives the targets. Every weight is
 He-initialised, $N(0, 2 / \mathrm{fan_{in}})$, biases zero. Training is full-batch Adam
 (AdamW without weight decay, lr LR, constant for two thirds of the steps, then linearly to
 zero so that every run ends settled rather than at a point of Adam's step-to-step jitter):

@@ -25,9 +25,13 @@ sandwich, rezero.
    against a saturated value, and the update checks are INCONCLUSIVE). Measured: the root
    mean square over tokens of ||F_t(theta_1) - F_t(theta_0)||_2, averaged over seeds.
    Beside it, as a measured extension and not the paper's claim: one AdamW step (lr
-   LR_ADAM, betas (0.9, 0.98), no weight decay) on all parameters, norms included. Adam's
-   first step moves every weight by about +-lr whatever its gradient, and at LR_ADAM
-   Post-LN's update is as large as ||F|| itself; the earlier version of this experiment
+   LR_ADAM, betas (0.9, 0.98), no weight decay) on all parameters, norms included. DeepNet
+   derives its constants for SGD and reports that Adam "works well" in training; Adam's
+   first step moves every weight by about +-lr whatever its gradient, so every sub-layer
+   moves by the same norm c, and Theorem 4.2's bound, sum over the 2N sub-layers of
+   sqrt(v^2 + w^2) / alpha * c, then grows like sqrt(2N) c for DeepNorm and like N for
+   Post-LN: log-log slopes 0.5 and 1 (measured here about 0.55 and 0.85, Post-LN's
+   already as large as ||F|| itself at LR_ADAM). The earlier version of this experiment
    judged DeepNorm on that update and reported it growing (slope 0.66).
 2. Output change under a perturbation (Admin, Theorem 2 and Section 4: at initialisation
    Var[F(x, W) - F(x, W*)] grows like O(N) for Post-LN and like O(log N) for Pre-LN;
