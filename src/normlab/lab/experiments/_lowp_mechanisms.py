@@ -3,7 +3,7 @@ r"""Mechanism checks of the NVFP4 recipe that resolve at any size (needs torch).
 Used by :mod:`normlab.lab.experiments.lowp_training`. The training comparison there cannot
 resolve small losses at the lab's scale; these three checks measure, through the public
 API (`QuantLinear` with an `NVFP4Recipe`, `random_hadamard_transform`), the three parts of
-the recipe that NVIDIA 2025 (sections 4.1-4.3) ablate:
+the recipe that NVIDIA 2025 (section 4) describes and ablates:
 
 * stochastic rounding of gradients is unbiased: a `QuantLinear` with the identity as weight
   returns its quantised gradient as the input gradient, $dx = q(dy)\,I$. A gradient block
@@ -38,7 +38,7 @@ __all__ = ["mechanism_checks"]
 _V, _GRID_LOW = 2.4, 2.0  # a gradient value between the E2M1 points 2 and 3
 _SR_SES = 4.0  # stochastic mean within this many standard errors of v
 _OUTLIER, _CREST_MAX = 100.0, 1.5
-_SRC = "NVIDIA 2025, sections 4.1-4.3 (mechanism)"
+_SRC = "NVIDIA 2025, section 4 (mechanism)"
 
 
 def _sr_draws(torch: Any, nt: Any, stochastic: bool, rows: int, calls: int) -> np.ndarray:
