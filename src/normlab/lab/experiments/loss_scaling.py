@@ -11,20 +11,20 @@ dynamic scaler finds S by backing off on overflow and growing after a run of cle
 Setup, from the paper's reasoning: the gradients are small because the loss is a mean over
 many outputs, as in dense prediction over a batch of images. Each output's gradient is
 $\partial L / \partial y_n = (y_n - t_n) / N$ for the loss $L = \frac{1}{2N}\sum_n (y_n -
-t_n)^2$, so once the error of an output falls below $N \cdot 2^{-25}$ its gradient rounds to
-zero in fp16 (values up to half the smallest subnormal do) and nothing downstream learns
+t_n)^2$, so once the error of an output falls below $N \cdot 2^{-25}$ its gradient rounds
+to zero in fp16 (values up to half the smallest subnormal do) and nothing downstream learns
 from it. The network is a dense regressor: B examples of F Gaussian inputs, two ReLU hidden
 layers of width H, and a linear head with K outputs per example, N = B K outputs in all
 ($2^{20}$ with `--full`, the size of a small batch of images; to fit 2 CPU cores, $2^{17}$
 at the default size and $2^{15}$ at `--quick`, where an output's error must fall further,
-below $N \cdot 2^{-25}$, before its gradient flushes); a fixed teacher of the same architecture gives the targets. Every weight is
-He-initialised, $N(0, 2 / \mathrm{fan_{in}})$, biases zero. Training is full-batch Adam
-(AdamW without weight decay, lr LR, constant for two thirds of the steps, then linearly to
-zero so that every run ends settled rather than at a point of Adam's step-to-step jitter):
-Adam's update does not depend on the gradient's scale, so loss scaling changes only which
-values survive fp16, which is the effect under test.
-B < H: the head can fit the teacher from its features, so fp32 training reaches the small
-errors of late training within a few hundred steps.
+below $N \cdot 2^{-25}$, before its gradient flushes); a fixed teacher of the same
+architecture gives the targets. Every weight is He-initialised, $N(0, 2 /
+\mathrm{fan_{in}})$, biases zero. Training is full-batch Adam (AdamW without weight decay,
+lr LR, constant for two thirds of the steps, then linearly to zero so that every run ends
+settled rather than at a point of Adam's step-to-step jitter): Adam's update does not
+depend on the gradient's scale, so loss scaling changes only which values survive fp16,
+which is the effect under test. B < H: the head can fit the teacher from its features, so
+fp32 training reaches the small errors of late training within a few hundred steps.
 
 As in the paper's Figure 3, the histogram collects every backward signal (the loss
 gradient, each activation gradient, each weight gradient) of 10 evenly spaced steps of the
