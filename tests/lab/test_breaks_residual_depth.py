@@ -27,9 +27,12 @@ def test_pre_post_swapped_fails(monkeypatch):
     (outcome,) = run_experiments(["residual_depth"], Settings("quick", 0))
     assert outcome.status == "fail", outcome.error
     checks = {c.claim: c.passed for c in outcome.result.checks}
-    # the two claims that pass unbroken (tests/lab/test_exp_residual_depth.py) now fail
+    # the two claims that pass unbroken (tests/lab/test_exp_residual_depth.py) now fail,
+    # and the contrast between the placements, the FAIL-type check, is what FAILs
     assert not checks["Post-LN: output change under a parameter perturbation is O(N)"]
     assert not checks["Pre-LN: output change is O(log N)"]
+    (contrast,) = [c for c in outcome.result.checks if c.claim.startswith("Pre-LN's output")]
+    assert contrast.verdict == "FAIL"
 
 
 def test_deepnorm_constants_dropped_leave_the_bounded_update_unreproduced(monkeypatch):

@@ -1,4 +1,4 @@
-"""The dense regressor of :mod:`normlab.lab.experiments.loss_scaling`, with fp16 rounding.
+"""The dense regressor of `normlab.lab.experiments.loss_scaling`, with fp16 rounding.
 
 Dimension letters: B = batch, F = input features, H = hidden width, K = outputs per example.
 """
@@ -47,9 +47,9 @@ class DenseNet:
 
     def loss_and_grads(self, x: np.ndarray, y: np.ndarray, scale: float, fp16: bool,
                        keep: list[np.ndarray] | None = None) -> float:
-        """Forward and backward of ``scale * 0.5 mean (f(x) - y)^2``; returns the loss.
+        """Forward and backward of `scale * 0.5 mean (f(x) - y)^2`; returns the loss.
 
-        Gradients land in each parameter's ``.grad``; ``keep`` collects every backward
+        Gradients land in each parameter's `.grad`; `keep` collects every backward
         signal (the loss gradient, each activation gradient, each weight gradient).
         """
         rnd = (lambda a: quantize(a, FLOAT16)) if fp16 else (lambda a: a)

@@ -1,6 +1,6 @@
 r"""Mechanism checks of the NVFP4 recipe that resolve at any size (needs torch).
 
-Used by :mod:`normlab.lab.experiments.lowp_training`. The training comparison there cannot
+Used by `normlab.lab.experiments.lowp_training`. The training comparison there cannot
 resolve small losses at the lab's scale; these three checks measure, through the public
 API (`QuantLinear` with an `NVFP4Recipe`, `random_hadamard_transform`), the three parts of
 the recipe that NVIDIA 2025 (section 4) describes and ablates:

@@ -1,4 +1,4 @@
-"""Figures of :mod:`normlab.lab.experiments.training_stability`: loss curves and the lr sweep."""
+"""Figures of `normlab.lab.experiments.training_stability`: loss curves and the lr sweep."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def label(placement: str, warmup: bool) -> str:
 
 
 def _smooth(curve: np.ndarray, width: int = 10) -> np.ndarray:
-    """Moving average over ``width`` steps (NaN after a divergence stays NaN)."""
+    """Moving average over `width` steps (NaN after a divergence stays NaN)."""
     kernel = np.ones(width) / width
     return np.convolve(curve, kernel, mode="valid")
 

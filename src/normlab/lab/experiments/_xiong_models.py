@@ -1,7 +1,7 @@
 r"""The Transformer of Xiong et al. 2020 as the lab builds it: their initialisation, small sizes.
 
-Shared by :mod:`normlab.lab.experiments.training_stability` and
-:mod:`normlab.lab.experiments.xiong_gradients`. Xiong et al. (section 3.3, "Parameter
+Shared by `normlab.lab.experiments.training_stability` and
+`normlab.lab.experiments.xiong_gradients`. Xiong et al. (section 3.3, "Parameter
 Initialization") analyse, and train with, the fairseq Transformer:
 
 * weight matrices Xavier-normal, $N(0, 2 / (n_{in} + n_{out}))$; biases zero; LayerNorm

@@ -144,7 +144,7 @@ def _data(settings: Settings) -> tuple[np.ndarray, np.ndarray, int]:
 
 def _train(settings: Settings, mode: str, steps: int, progress: Progress,
            keep: list[np.ndarray] | None = None) -> dict[str, Any]:
-    """Full-batch Adam in ``mode`` = "fp32", "fp16" (no scaling) or "fp16+scaler"."""
+    """Full-batch Adam in `mode` = "fp32", "fp16" (no scaling) or "fp16+scaler"."""
     x, y, k = _data(settings)
     net = DenseNet(k, np.random.default_rng([settings.seed, 40]))
     init = init_record(net)  # what the student starts from, read off its arrays
@@ -171,8 +171,8 @@ def _train(settings: Settings, mode: str, steps: int, progress: Progress,
 def gradient_sample(settings: Settings, progress: Progress | None = None) -> np.ndarray:
     """Every backward signal of 10 evenly spaced steps of the fp32 run (as Figure 3), float32.
 
-    Exact zeros (ReLU) included; the same values :func:`measure` histograms: one BLAS
-    thread, as ``run`` uses (the thread count changes the products' summation order, and
+    Exact zeros (ReLU) included; the same values `measure` histograms: one BLAS
+    thread, as `run` uses (the thread count changes the products' summation order, and
     with it a few of the values that underflow to zero).
     """
     keep: list[np.ndarray] = []
@@ -230,7 +230,7 @@ def measure(settings: Settings, progress: Progress) -> dict[str, Any]:
 
 
 def checks(m: dict[str, Any]) -> list[Check]:
-    """Each criterion reads only the measured numbers ``m`` (see :func:`measure`)."""
+    """Each criterion reads only the measured numbers `m` (see `measure`)."""
     flushed, first_over = m["flushed"], m["first_over"]
     before = flushed[:first_over]
     best = int(np.argmin(before)) if first_over else 0

@@ -1,4 +1,4 @@
-"""Experiment: low-precision training recipes on a PyTorch character LM (needs ``torch``).
+"""Experiment: low-precision training recipes on a PyTorch character LM (needs `torch`).
 
 Claims. Micikevicius et al. 2022 ("FP8 Formats for Deep Learning", section 4): training with
 FP8 GEMMs (E4M3 forward, E5M2 gradients, per-tensor scaling) matches the 16-bit baseline's
@@ -10,7 +10,7 @@ of the weight-gradient inputs, or 2-D weight blocks each makes the loss worse.
 
 Setup. A pre-LN decoder-only Transformer (learned positions, GELU MLP) is trained as a
 character LM on the lab's shipped corpus with AdamW on float32 master weights. Every
-``torch.nn.Linear`` of the blocks becomes a ``QuantLinear`` with the recipe; the LM head runs
+`torch.nn.Linear` of the blocks becomes a `QuantLinear` with the recipe; the LM head runs
 in bf16 in every configuration (as the FP8/NVFP4 recipes keep it in high precision); the
 attention products stay float32. The baseline rounds every Linear operand to bf16 (bf16 with
 fp32 masters). Each seed fixes the initial weights and the batches, identical across
@@ -272,13 +272,13 @@ def _plot(curves: dict[str, list[list[float]]]) -> Any:
 
 
 def default_device() -> str:
-    """``"cuda"`` when torch sees a GPU, else ``"cpu"``."""
+    """`"cuda"` when torch sees a GPU, else `"cpu"`."""
     torch = importlib.import_module("torch")
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def run(settings: Settings, progress: Progress, *, device: str | None = None) -> ExperimentResult:
-    """Train every configuration of :data:`CONFIGS` over several seeds; judge the claims."""
+    """Train every configuration of `CONFIGS` over several seeds; judge the claims."""
     try:
         torch = importlib.import_module("torch")
     except ImportError as exc:
@@ -328,7 +328,7 @@ def run(settings: Settings, progress: Progress, *, device: str | None = None) ->
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m normlab.lab.experiments.lowp_training [--device cuda] [--size ...]``."""
+    """`python -m normlab.lab.experiments.lowp_training [--device cuda] [--size ...]`."""
     p = argparse.ArgumentParser(description=TITLE)
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
     p.add_argument("--size", default="default", choices=("quick", "default", "full"))

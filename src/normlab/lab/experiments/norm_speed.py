@@ -6,8 +6,8 @@ different models. That is the time of whole models (RNN and Transformer training
 GPUs and in their frameworks), not of the norm alone; here only the two norms are timed,
 on this machine's CPU, so the comparison is indicative, not a reproduction of their setup.
 
-Measured: forward + backward of ``layer_norm_forward/backward`` (with gain and bias) and
-``rms_norm_forward/backward`` (with gain) on the same float32 (R, W) array, for the NumPy
+Measured: forward + backward of `layer_norm_forward/backward` (with gain and bias) and
+`rms_norm_forward/backward` (with gain) on the same float32 (R, W) array, for the NumPy
 references and for the fused kernels (when numba is installed), one thread. Each repeat
 runs LN, RMS, RMS, LN back to back after a warm-up call (both orders, so that the cache
 left by the first call of a pair favours neither); the measured value is the per-repeat
@@ -98,7 +98,7 @@ def _reference(kind: str, x: np.ndarray, dout: np.ndarray, g: np.ndarray, b: np.
 
 
 def correctness_errors(backend: str, arrays: tuple[np.ndarray, ...]) -> dict[str, float]:
-    """max |error| / max |reference| of every output and gradient, per norm, on ``backend``."""
+    """max |error| / max |reference| of every output and gradient, per norm, on `backend`."""
     errors = {}
     with use_backend(backend):
         for kind, fn in (("ln", _ln), ("rms", _rms)):
@@ -111,7 +111,7 @@ def correctness_errors(backend: str, arrays: tuple[np.ndarray, ...]) -> dict[str
 
 
 def time_ratio(backend: str, arrays: tuple[np.ndarray, ...], repeats: int) -> dict[str, Any]:
-    """Median t_LN, t_RMS (seconds) and median per-repeat ratio t_LN / t_RMS on ``backend``."""
+    """Median t_LN, t_RMS (seconds) and median per-repeat ratio t_LN / t_RMS on `backend`."""
 
     def once(fn: Callable[..., Any]) -> float:
         t0 = time.perf_counter()

@@ -110,7 +110,7 @@ def _sizes(settings: Settings) -> dict[str, Any]:
 
 def _run_one(corpus: CharCorpus, sz: dict[str, Any], placement: str, warmup: bool,
              seed: tuple[int, int], lr: float, progress: Progress) -> TrainLog:
-    """One training run; ``seed`` = (report seed, run index) names its two generators."""
+    """One training run; `seed` = (report seed, run index) names its two generators."""
     model = xiong_lm(corpus.vocab, sz["d"], sz["layers"], sz["context"], placement,
                      np.random.default_rng([*seed, 2]))
     log = train_lm(
@@ -186,7 +186,7 @@ def _c1(m: dict[str, Any]) -> tuple[bool, Verdict, str]:
 
 
 def checks(m: dict[str, Any]) -> list[Check]:
-    """Each criterion reads only the measured numbers ``m`` (see :func:`measure`)."""
+    """Each criterion reads only the measured numbers `m` (see `measure`)."""
     final, sweep, entropy = m["final"], m["sweep"], m["entropy"]
     limit = entropy - _LEARNED_NATS
     post0, post1, pre0 = final[("post", False)], final[("post", True)], final[("pre", False)]

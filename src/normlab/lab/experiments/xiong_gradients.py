@@ -67,11 +67,11 @@ _T = 32
 def expected_grad_norms(
     placement: str, d: int, seed: int, batches: int, batch: int = 8, layers: int = LAYERS
 ) -> dict[str, np.ndarray]:
-    """$\\|E_b[\\partial L_b / \\partial W]\\|_F$ per layer over ``batches`` mini-batches.
+    """$\\|E_b[\\partial L_b / \\partial W]\\|_F$ per layer over `batches` mini-batches.
 
-    One model from ``seed``; the gradient of the mean loss of each mini-batch is averaged
+    One model from `seed`; the gradient of the mean loss of each mini-batch is averaged
     over the mini-batches, then each layer's Frobenius norm is taken (arrays of length
-    ``layers`` for W1, W2 and WV).
+    `layers` for W1, W2 and WV).
     """
     rng = np.random.default_rng(seed)
     corpus = load_corpus()
