@@ -137,3 +137,14 @@ def test_adam_extension_first_step_moves_every_weight_by_about_lr(monkeypatch):
     steps = np.concatenate(moved)
     # m/sqrt(v) = g/|g| on the first step: every weight with |g| >> eps = 1e-8 moves by lr
     assert np.mean(np.abs(steps - exp.LR_ADAM) < 1e-3 * exp.LR_ADAM) > 0.99
+
+
+def test_rezero_update_and_change_are_exactly_zero_and_listed_not_fitted():
+    # alpha = 0 at init: no gradient reaches the weights through it, so the SGD step on the
+    # weight matrices leaves the output unchanged; the table says so instead of taking a
+    # log of zero (warnings are errors here)
+    assert exp.update_sizes("rezero", 2, 0, 2)["sgd"] == 0.0
+    zeros, ones = np.zeros((1, 2)), np.ones((1, 2))
+    table = exp._table((2, 4), {"rezero": {"sgd": zeros, "adam": ones, "f": ones}},
+                       {"rezero": np.zeros(2)})
+    assert table.count("0 exactly") == 2

@@ -30,7 +30,8 @@ def residual_figures(
     for name in update:
         color, marker, dash = STYLE[name]
         kw = {"color": color, "marker": marker, "linestyle": dash, "label": name}
-        ax1.loglog(xs, update[name], **kw)
+        if np.all(update[name] > 0):  # ReZero's SGD update is exactly 0 at init
+            ax1.loglog(xs, update[name], **kw)
         ax3.loglog(xs, extension[name], **kw)
         if np.all(change[name] > 0):  # ReZero is exactly 0 at init: nothing to draw
             ax2.loglog(xs, change[name], **kw)

@@ -39,7 +39,8 @@ sandwich, rezero.
    W gets W* = W + SIGMA * std(W) * xi with xi ~ N(0, 1) (norms untouched); measured: the
    mean over tokens of ||F_t(W*) - F_t(W)||^2 / C, averaged over PERTURB_DRAWS draws and
    over 3 seeds (6 at the quick size). ReZero is the identity at init (alpha = 0): its
-   change is exactly 0 and it is listed, not fitted.
+   change, and its update under an SGD step on the weight matrices, are exactly 0; they
+   are listed, not fitted.
 
 Criteria (fixed before the first run; a slope is the least-squares slope of the log of
 the measured value against log N over the depths):
@@ -59,7 +60,7 @@ the measured value against log N over the depths):
   0.99-1.44 (20 draws). A single stack spreads too far (0.20-0.84 intact, 0.40-1.98
   swapped) to tell them apart.
 
-DeepNorm, sandwich (peri-LN) and ReZero are shown in both panels beside them; only the
+DeepNorm, sandwich (peri-LN) and ReZero are shown in every panel beside them; only the
 claims above are judged. A result outside a criterion is reported as not reproduced at
 this scale, with its numbers. The quick size starts at N = 2, where ln N's own log-log
 slope over 2..16 is 0.66: there an O(log N) claim that misses the 0.6 bound is
@@ -316,7 +317,9 @@ def _table(depths: tuple[int, ...], upd: dict, chg: dict) -> str:
         mean = {key: upd[k][key].mean(axis=0) for _, key in cols}
         sc = "0 exactly" if k == "rezero" else f"{_slope(depths, chg[k]):+.2f}"
         cells = [f"{v:.3g}" for _, key in cols for v in mean[key]]
-        cells += [f"{_slope(depths, mean[key]):+.2f}" for _, key in cols]
+        # ReZero's SGD update is exactly 0: alpha = 0 blocks the weights' gradient at init
+        cells += [f"{_slope(depths, mean[key]):+.2f}" if np.all(mean[key] > 0) else "0 exactly"
+                  for _, key in cols]
         cells += [f"{v:.3g}" for v in chg[k]] + [sc]
         rows.append(f"| {k} | " + " | ".join(cells) + " |")
     return "\n".join(rows)
