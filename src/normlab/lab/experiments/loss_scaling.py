@@ -46,9 +46,11 @@ Adam's step-to-step jitter does not move):
   flush, at least 90% of the steps are applied and log10 of the loss falls at least half as
   far as fp32's;
 * unscaled fp16 falls behind (the paper's claim): its final loss at least GAP_MIN (10%)
-  above fp32's; INCONCLUSIVE when less than half of fp32's final loss gradients lie at or
-  below $2^{-25}$, i.e. the step budget never reached the regime the claim is about (the
-  quick size does not);
+  above fp32's; INCONCLUSIVE when the outputs whose loss gradients lie at or below
+  $2^{-25}$ (where fp16 flushes them) carry less than half of unscaled fp16's final loss,
+  i.e. the run never reached the regime where its loss depends on the values fp16 loses
+  (the quick size does not; nor does a seed whose loss sits in a few outputs still far from
+  their targets);
 * scaled fp16 matches fp32 (the paper's claim): final loss at most twice fp32's (NOT
   REPRODUCED with the numbers otherwise). Late in this run fp32 fits the targets to about
   $10^{-3}$, near the resolution of fp16 itself for outputs of order one, so fp16's
@@ -121,7 +123,7 @@ _TRAINS_MIN = 0.5  # ... and its log10 loss must fall by at least half of fp32's
 GAP_MIN = 0.1  # unscaled fp16 "falls behind": final loss >= 10% above fp32's
 _MATCH_FACTOR = 2.0  # scaled fp16 "matches": final loss at most twice fp32's
 _TAIL = 0.1  # "final loss": geometric mean over the last tenth of the steps
-_REGIME = 0.5  # the claim is resolvable once half of fp32's loss gradients would flush
+_REGIME = 0.5  # resolvable once outputs whose gradients flush carry half of fp32's loss
 _SAVED_MAX = 0.01  # at the dynamic scaler's median scale at most 1% of the values flush
 _SNAPSHOTS = 10  # gradient histogram: every backward signal of 10 evenly spaced fp32 steps
 _F16_TINY, _F16_NORMAL, _F16_MAX = 2.0**-24, 2.0**-14, 65504.0
@@ -211,11 +213,13 @@ def measure(settings: Settings, progress: Progress) -> dict[str, Any]:
     nz = g[g != 0]
     flushed, overflow = _flush_table(g)
     first_over = next((i for i, o in enumerate(overflow) if o > 0), len(overflow))
-    fp32 = runs["fp32"]
     median_scale = float(np.median(runs["fp16+scaler"]["scale"]))
-    err = fp32["net"].forward(fp32["x"]).astype(np.float64) - fp32["y"]  # B,K after training
     stalled = runs["fp16"]  # where unscaled fp16 ended: its gradients there, exact and fp16
-    regime = float(np.mean(np.abs(err / err.size) <= _F16_TINY / 2))
+    err = stalled["net"].forward(stalled["x"]).astype(np.float64) - stalled["y"]  # B,K
+    # the share of unscaled fp16's final loss carried by outputs whose gradient (y - t) / N
+    # fp16 flushes: the loss it is left with depends on the values it loses
+    flushes = np.abs(err / err.size) <= _F16_TINY / 2  # B,K
+    regime = float(np.sum(err[flushes] ** 2) / np.sum(err**2))
     return {
         "sizes": _sizes(settings), "runs": runs, "g": g, "nonzero": int(nz.size),
         "flushed": flushed, "overflow": overflow, "first_over": first_over,
@@ -271,11 +275,12 @@ def checks(m: dict[str, Any]) -> list[Check]:
             claim="Without loss scaling, the flushed gradients are lost and fp16 training "
             "falls behind fp32.",
             criterion=f"unscaled fp16's final loss >= {100 * GAP_MIN:g}% above fp32's; "
-            f"INCONCLUSIVE unless >= {100 * _REGIME:g}% of fp32's final loss gradients "
-            "(y - t) / N lie at or below 2^-25, where fp16 flushes them",
+            f"INCONCLUSIVE unless the outputs whose loss gradients (y - t) / N lie at or below "
+            f"2^-25, where fp16 flushes them, carry >= {100 * _REGIME:g}% of unscaled fp16's "
+            "final loss",
             measured=f"final loss fp16 {final['fp16']:.4g} vs fp32 {final['fp32']:.4g} "
-            f"({100 * gap16:+.1f}%); {100 * m['regime']:.0f}% of fp32's final loss gradients "
-            "would flush",
+            f"({100 * gap16:+.1f}%); outputs whose gradient would flush carry "
+            f"{100 * m['regime']:.0f}% of unscaled fp16's loss",
             passed=bool(gap16 >= GAP_MIN and reached),
             values={"relative_gap": gap16, "final": final, "regime_fraction": m["regime"]},
             if_false="NOT REPRODUCED" if reached else "INCONCLUSIVE",
