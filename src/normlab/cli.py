@@ -221,13 +221,16 @@ def _report(names: Sequence[str], args: argparse.Namespace, out: str) -> int:
     for o in outcomes:
         n_ok = sum(c.passed for c in o.result.checks) if o.result is not None else 0
         n_all = len(o.result.checks) if o.result is not None else 0
-        word = words.get(o.status, o.status.upper())  # "not reproduced" too
+        word = words.get(o.status, o.status.upper())  # "not reproduced", "inconclusive" too
         print(f"{word:14s} {o.name:20s} {n_ok}/{n_all} checks  {o.elapsed_s:6.1f} s")
         if o.status == "error" and o.error:
             last = o.error.strip().splitlines()[-1]
             print(f"       {last}")
     passed = sum(o.status == "pass" for o in outcomes)
-    print(f"{passed} of {len(outcomes)} experiments passed; report: {files.markdown}, {files.html}")
+    inconclusive = sum(o.status == "inconclusive" for o in outcomes)  # counted apart
+    apart = f", {inconclusive} inconclusive" if inconclusive else ""
+    print(f"{passed} of {len(outcomes)} experiments passed{apart}; report: {files.markdown}, "
+          f"{files.html}")
     return status
 
 

@@ -63,6 +63,8 @@ def _cell_html(cell: str) -> str:
         return f'<span class="fail">{cell.strip("*")}</span>'
     if cell in ("NOT REPRODUCED", "**NOT REPRODUCED**"):
         return '<span class="notrep">NOT REPRODUCED</span>'
+    if cell in ("INCONCLUSIVE", "**INCONCLUSIVE**"):
+        return '<span class="inconc">INCONCLUSIVE</span>'
     return inline(cell)
 
 

@@ -31,7 +31,7 @@ __all__ = [
 ]
 
 _STATUS = {"pass": "PASS", "fail": "FAIL", "not reproduced": "NOT REPRODUCED",
-           "skipped": "SKIPPED", "error": "ERROR"}
+           "inconclusive": "INCONCLUSIVE", "skipped": "SKIPPED", "error": "ERROR"}
 
 _CSS = """
 *, *::before, *::after { box-sizing: border-box; }
@@ -51,6 +51,7 @@ summary { cursor: pointer; }
 .pass { color: #11692b; font-weight: 700; }
 .fail { color: #b00020; font-weight: 700; }
 .notrep { color: #8a5a00; font-weight: 700; }
+.inconc { color: #4a4a8a; font-weight: 700; }
 figure { margin: 1rem 0; }
 figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
 @media (max-width: 600px) { body { margin: 1rem auto; padding: 0 .5rem; }
@@ -149,11 +150,13 @@ def experiment_markdown(index: int, outcome: Outcome, size: object = None) -> st
 def _header(outcomes: Sequence[Outcome], meta: Mapping[str, object]) -> str:
     passed = sum(o.status == "pass" for o in outcomes)
     not_rep = sum(o.status == "not reproduced" for o in outcomes)
+    inconclusive = sum(o.status == "inconclusive" for o in outcomes)
     lines = [
         "# normlab report",
         "",
         "Each paper's claim beside the value measured here, with PASS/FAIL (NOT REPRODUCED: "
-        "the lab works, the claim measurably does not hold in this setting). "
+        "the lab works, the claim measurably does not hold in this setting; INCONCLUSIVE: "
+        "the measured effect is below what this run can resolve). "
         "Everything below was computed on this machine from embedded data; seeds are fixed.",
         "",
         f"- settings: size `{meta['size']}`, seed `{meta['seed']}`",
@@ -161,7 +164,8 @@ def _header(outcomes: Sequence[Outcome], meta: Mapping[str, object]) -> str:
         f"- versions: {meta['versions_text']}",
         f"- generated: {meta['generated']} (total {meta['total_s']:.1f} s)",
         f"- result: **{passed} of {len(outcomes)} experiments passed**"
-        + (f", {not_rep} did not reproduce a claim" if not_rep else ""),
+        + (f", {not_rep} did not reproduce a claim" if not_rep else "")
+        + (f", {inconclusive} inconclusive" if inconclusive else ""),
         "",
     ]
     rows = []

@@ -32,7 +32,7 @@ __all__ = [
 ]
 
 Size = Literal["quick", "default", "full"]
-Verdict = Literal["PASS", "FAIL", "NOT REPRODUCED"]
+Verdict = Literal["PASS", "FAIL", "NOT REPRODUCED", "INCONCLUSIVE"]
 
 
 class ExperimentSkipped(Exception):
@@ -80,9 +80,11 @@ class Check:
     measured: str  # the measured value(s), formatted for the table
     passed: bool
     values: dict[str, Any] = field(default_factory=dict)  # raw numbers for metrics.json
-    # What a False ``passed`` means: "FAIL" (the lab's criterion caught a broken mechanism)
-    # or "NOT REPRODUCED" (a claim of the paper that this setting measurably does not
-    # show; an honest result with its numbers, not a defect of the code).
+    # What a False ``passed`` means: "FAIL" (the lab's criterion caught a broken mechanism),
+    # "NOT REPRODUCED" (a claim of the paper that this setting measurably does not show; an
+    # honest result with its numbers, not a defect of the code) or "INCONCLUSIVE" (the
+    # measured effect is below what this run can resolve; the criterion states the
+    # smallest effect the run could have detected).
     if_false: Verdict = "FAIL"
 
     @property
@@ -112,8 +114,11 @@ class ExperimentResult:
 
     @property
     def verdict(self) -> Verdict:
-        """FAIL if any check fails, else NOT REPRODUCED if any claim is not, else PASS."""
+        """FAIL if any check fails, else NOT REPRODUCED if any claim is measurably not
+        reproduced, else INCONCLUSIVE if any check could not resolve its effect, else PASS."""
         words = {c.verdict for c in self.checks}
         if not self.checks or "FAIL" in words:
             return "FAIL"
-        return "NOT REPRODUCED" if "NOT REPRODUCED" in words else "PASS"
+        if "NOT REPRODUCED" in words:
+            return "NOT REPRODUCED"
+        return "INCONCLUSIVE" if "INCONCLUSIVE" in words else "PASS"

@@ -5,9 +5,10 @@ fails to import, an exception inside ``run`` or a result of the wrong type becom
 ``"error"`` :class:`Outcome` carrying the traceback; the next experiment still runs. An
 experiment with a failed criterion is a ``"fail"``; one whose criteria hold but which
 measures a paper's claim as not holding here is ``"not reproduced"`` (an honest result); one
-whose optional dependency is missing raises :class:`ExperimentSkipped` and is ``"skipped"``.
-:func:`exit_status` is 0 only when every outcome is ``"pass"``, ``"not reproduced"`` or
-``"skipped"``.
+whose measured effect is below what the run can resolve is ``"inconclusive"`` (also honest,
+and counted apart); one whose optional dependency is missing raises :class:`ExperimentSkipped`
+and is ``"skipped"``. :func:`exit_status` is 0 only when every outcome is ``"pass"``,
+``"not reproduced"``, ``"inconclusive"`` or ``"skipped"``.
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ from normlab.lab.result import (
 
 __all__ = ["Outcome", "exit_status", "run_experiments"]
 
-Status = Literal["pass", "fail", "not reproduced", "skipped", "error"]
-_STATUS: dict[str, Status] = {"PASS": "pass", "FAIL": "fail", "NOT REPRODUCED": "not reproduced"}
+Status = Literal["pass", "fail", "not reproduced", "inconclusive", "skipped", "error"]
+_STATUS: dict[str, Status] = {"PASS": "pass", "FAIL": "fail", "NOT REPRODUCED": "not reproduced",
+                              "INCONCLUSIVE": "inconclusive"}
 
 
 @dataclass
@@ -121,7 +123,7 @@ def run_experiments(
 
 
 def exit_status(outcomes: Sequence[Outcome]) -> int:
-    """0 when every experiment passed (or honestly did not reproduce a claim, or was skipped
-    for a missing optional dependency), else 1."""
-    ok = ("pass", "not reproduced", "skipped")
+    """0 when every experiment passed (or honestly did not reproduce a claim, or could not
+    resolve one, or was skipped for a missing optional dependency), else 1."""
+    ok = ("pass", "not reproduced", "inconclusive", "skipped")
     return 0 if outcomes and all(o.status in ok for o in outcomes) else 1

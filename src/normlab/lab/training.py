@@ -25,6 +25,7 @@ from normlab.nn import TransformerLM, softmax_cross_entropy
 from normlab.nn.optim import AdamW
 
 __all__ = [
+    "ADAM_BETAS",
     "CharCorpus",
     "TrainLog",
     "load_corpus",
@@ -35,6 +36,11 @@ __all__ = [
     "single_threaded",
     "train_lm",
 ]
+
+
+ADAM_BETAS = (0.9, 0.98)
+"""The AdamW betas of [train_lm][normlab.lab.training.train_lm] (Vaswani et al. 2017; Xiong
+et al. 2020 train with the same)."""
 
 
 @contextlib.contextmanager
@@ -202,7 +208,7 @@ def train_lm(
     cross-entropy in nats over non-overlapping windows of the validation text).
     """
     train_ids, valid_ids = corpus.split()
-    opt = AdamW(model.parameters(), lr=peak_lr, betas=(0.9, 0.98), weight_decay=0.0)
+    opt = AdamW(model.parameters(), lr=peak_lr, betas=ADAM_BETAS, weight_decay=0.0)
     log = TrainLog()
     for step in range(steps):
         x, y = sample_batch(train_ids, batch, context, rng)  # B,T each
