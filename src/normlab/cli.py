@@ -1,4 +1,4 @@
-"""The ``normlab`` command: the lab's report, single experiments, formats, bits, bench, exercises.
+"""The `normlab` command: the lab's report, single experiments, formats, bits, bench, exercises.
 
 Subcommands::
 
@@ -13,7 +13,7 @@ Subcommands::
     normlab --version
 
 Exit status: 0 on success; 1 when an experiment fails its criterion or raises; 2 for a
-usage error (unknown experiment, bad value, unusable ``--out``, a missing optional
+usage error (unknown experiment, bad value, unusable `--out`, a missing optional
 dependency), always found before any experiment runs and reported in one line; 130 when
 interrupted (Ctrl-C); 141 when stdout is a pipe that was closed early (nothing printed).
 """
@@ -30,7 +30,9 @@ from typing import Any, NoReturn
 __all__ = ["UsageError", "build_parser", "main"]
 
 DEFAULT_OUT = "normlab-report"
+"""The report folder of `normlab report` without `--out` (relative to the working folder)."""
 EXERCISES = ("16.1", "16.2", "16.3", "16.4")
+"""The chapter's exercises that `normlab exercise NUMBER` solves."""
 
 
 class UsageError(Exception):
@@ -74,10 +76,10 @@ def _version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argparse parser of ``normlab`` (exposed for tests and documentation).
+    """The argparse parser of `normlab` (exposed for tests and documentation).
 
-    Its errors raise :class:`UsageError` (one line, what to do) instead of exiting;
-    ``--help`` and ``--version`` print and exit 0 as usual.
+    Its errors raise [UsageError][normlab.cli.UsageError] (one line, what to do) instead of exiting;
+    `--help` and `--version` print and exit 0 as usual.
     """
     from normlab.lab.experiments import EXPERIMENTS  # the registry only: no heavy import
 
@@ -173,7 +175,7 @@ def _check_format(name: str) -> None:
 
 
 def _check_out(out: str) -> None:
-    """Raise UsageError unless ``out`` can become a report folder (before any work)."""
+    """Raise UsageError unless `out` can become a report folder (before any work)."""
     from normlab.lab.report import check_out_dir
 
     try:
@@ -264,7 +266,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def _negative_value_hint(argv: Sequence[str]) -> str:
-    """A hint when a negative number was taken for an option (``bits -1e-3``)."""
+    """A hint when a negative number was taken for an option (`bits -1e-3`)."""
     for arg in argv:
         if arg.startswith("-") and arg != "--":
             try:
@@ -285,7 +287,7 @@ def _quiet_broken_pipe() -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``normlab`` command; returns the exit status.
+    """Entry point of the `normlab` command; returns the exit status.
 
     >>> main(["list"])  # doctest: +ELLIPSIS
     1. xiong_init ...

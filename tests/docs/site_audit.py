@@ -97,12 +97,13 @@ def empty_descriptions(page_html: str) -> list[str]:
     return found
 
 
-_OBJECT = re.compile(
-    r'<h\d id="([^"]+)" class="doc doc-heading">.*?</h\d>\s*'
-    r'(?:<div class="doc-signature highlight">.*?</div>\s*)?'
+_OBJECT = re.compile(  # a heading, its signature, then empty contents (never across headings)
+    r'<h\d id="([^"]+)" class="doc doc-heading">(?:(?!<h\d).)*?</h\d>\s*'
+    r'(?:<div class="doc-signature highlight">(?:(?!<h\d).)*?</div>\s*)?'
     r'<div class="doc doc-contents[^"]*">\s*</div>',
     re.S,
 )
+
 
 
 def bare_names(page_html: str) -> list[str]:

@@ -1,7 +1,7 @@
 """A multi-threaded copy: the bandwidth yardstick of the benchmark (numba).
 
-Dimension letters: N elements. Not an op of the library: :mod:`normlab.bench` times it next
-to ``np.copyto`` to measure how fast this machine moves memory with all cores, which is
+Dimension letters: N elements. Not an op of the library: [normlab.bench][] times it next
+to `np.copyto` to measure how fast this machine moves memory with all cores, which is
 the bound the fused kernels are compared with.
 """
 

@@ -1,8 +1,8 @@
 """Runnable solutions to the chapter's Exercises 16.1-16.4, computed live with normlab.
 
-``normlab exercise 16.N`` prints :func:`exercise_text`; every number in the text is
-computed when it is printed, from the library's functions, with a fixed seed.
-Shapes: B examples (rows), D features.
+`normlab exercise 16.N` prints [exercise_text][normlab.lab.exercises.exercise_text]; every
+number in the text is computed when it is printed, from the library's functions, with a fixed
+seed. Shapes: B examples (rows), D features.
 """
 
 from __future__ import annotations
@@ -176,10 +176,11 @@ EXERCISES: dict[str, Callable[[], str]] = {
     "16.3": _ex_16_3,
     "16.4": _ex_16_4,
 }
+"""Exercise number -> the function that computes its solution's text."""
 
 
 def exercise_text(number: str) -> str:
-    """The printed demonstration of Exercise ``number`` ("16.1" ... "16.4").
+    """The printed demonstration of Exercise `number` ("16.1" ... "16.4").
 
     Raises
     ------

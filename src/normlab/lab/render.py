@@ -3,9 +3,9 @@
 Both documents come from the same blocks: for each experiment a markdown text (title,
 status, summary, the claim-beside-measurement table, the experiment's own tables, or the
 traceback of an error, folded) followed by its figures. The markdown links the PNG files;
-the HTML embeds the same PNG bytes as base64 ``data:`` URIs and carries its CSS inline, so
+the HTML embeds the same PNG bytes as base64 `data:` URIs and carries its CSS inline, so
 the page needs no other file and no network. Every table is built with
-:func:`normlab.lab.tables.markdown_table` (escaped cells); the summary rows link to their
+[normlab.lab.tables.markdown_table][] (escaped cells); the summary rows link to their
 sections; the "reproduce" lines carry the flags the report was made with; the page is
 laid out for phone widths (390 px) without sideways scrolling: wide tables and code blocks
 scroll inside their own box, long words wrap.
@@ -61,7 +61,17 @@ figcaption { font-size: .85rem; color: #555; }
 
 @dataclass(frozen=True)
 class RenderedFigure:
-    """One figure of an experiment: its file (relative to the report) and its PNG bytes."""
+    """One figure of an experiment: its file (relative to the report) and its PNG bytes.
+
+    Attributes
+    ----------
+    stem : str
+        The figure's name within its experiment (`"lemma2"`).
+    relpath : str
+        Its file, relative to the report folder (`"figures/xiong_init-lemma2.png"`).
+    png : bytes
+        The PNG file's bytes.
+    """
 
     stem: str
     relpath: str
@@ -73,8 +83,10 @@ def _status_word(outcome: Outcome) -> str:
 
 
 def cli_flags(size: object, seed: object) -> str:
-    """The command-line flags that select ``size`` and ``seed`` (empty for the defaults).
+    """The command-line flags that select `size` and `seed` (empty for the defaults).
 
+    Examples
+    --------
     >>> cli_flags("quick", 2), cli_flags("default", 0)
     (' --quick --seed 2', '')
     """
@@ -111,7 +123,7 @@ def _detects_block(outcome: Outcome) -> list[str]:
 def experiment_markdown(index: int, outcome: Outcome, size: object = None) -> str:
     """The markdown of one experiment, without its figures.
 
-    ``size`` (``"quick"``, ``"default"``, ``"full"``) puts its flag in the reproduce line.
+    `size` (`"quick"`, `"default"`, `"full"`) puts its flag in the reproduce line.
     """
     seed = outcome.result.seed if outcome.result is not None else None
     lines = [
@@ -180,7 +192,7 @@ def markdown_document(
     figures: Mapping[str, Sequence[RenderedFigure]],
     meta: Mapping[str, object],
 ) -> str:
-    """The whole ``report.md``: header, summary table, then each experiment and its figures."""
+    """The whole `report.md`: header, summary table, then each experiment and its figures."""
     parts = [_header(outcomes, meta)]
     for i, o in enumerate(outcomes, 1):
         parts.append(experiment_markdown(i, o, meta.get("size")))
@@ -194,7 +206,7 @@ def html_document(
     figures: Mapping[str, Sequence[RenderedFigure]],
     meta: Mapping[str, object],
 ) -> str:
-    """The whole ``report.html``: same content as the markdown, figures embedded as base64."""
+    """The whole `report.html`: same content as the markdown, figures embedded as base64."""
     body = [to_html(_header(outcomes, meta))]
     for i, o in enumerate(outcomes, 1):
         body.append("<section>")  # the id is the anchor at the top of the experiment's text

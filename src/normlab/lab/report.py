@@ -1,12 +1,13 @@
 """Write a lab run to a folder: report.md, report.html, figures/*.png and metrics.json.
 
-Contract: :func:`write_report` renders whatever the outcomes hold (a figure that cannot be
-rendered turns its experiment into an error, the others are kept) and always writes all
-four kinds of file. :func:`run_report` is the engine behind ``normlab report`` and
-``normlab run``: resolve, run with progress, write, and return the exit status.
+Contract: [write_report][normlab.lab.report.write_report] renders whatever the outcomes hold (a
+figure that cannot be rendered turns its experiment into an error, the others are kept) and
+always writes all four kinds of file. [run_report][normlab.lab.report.run_report] is the engine
+behind `normlab report` and `normlab run`: resolve, run with progress, write, and return the
+exit status.
 
-The write is all or nothing (:mod:`normlab.lab._swap`): files are rendered into a new
-hidden folder beside ``out_dir``, which then replaces ``out_dir`` in one rename, under a
+The write is all or nothing (`normlab.lab._swap`): files are rendered into a new
+hidden folder beside `out_dir`, which then replaces `out_dir` in one rename, under a
 lock file beside it. A reader never sees a half-written or mixed report (two concurrent
 runs into one folder: the later swap wins, whole), figures of earlier runs disappear, and
 an interrupt (Ctrl-C) before the swap leaves the previous report untouched.
@@ -47,7 +48,19 @@ _PACKAGES = ("normlab", "numpy", "ml_dtypes", "numba", "matplotlib", "tqdm")
 
 @dataclass(frozen=True)
 class ReportFiles:
-    """Paths of what was written."""
+    """Paths of what was written.
+
+    Attributes
+    ----------
+    markdown : pathlib.Path
+        `report.md`.
+    html : pathlib.Path
+        `report.html` (figures embedded).
+    metrics : pathlib.Path
+        `metrics.json` (the raw numbers).
+    figures : tuple of pathlib.Path
+        `figures/*.png`.
+    """
 
     markdown: Path
     html: Path
@@ -67,7 +80,7 @@ def versions() -> dict[str, str]:
 
 
 def jsonable(value: Any) -> Any:
-    """``value`` with numpy scalars/arrays turned into Python ones; non-finite floats as strings.
+    """`value` with numpy scalars/arrays turned into Python ones; non-finite floats as strings.
 
     >>> jsonable({"a": float("inf"), "b": (1, 2)})
     {'a': 'inf', 'b': [1, 2]}
@@ -122,26 +135,30 @@ def _experiment_metrics(o: Outcome) -> dict[str, Any]:
 def write_report(
     outcomes: Sequence[Outcome], out_dir: str | Path, settings: Settings, *, total_s: float
 ) -> ReportFiles:
-    """Write report.md, report.html, figures/*.png and metrics.json as the folder ``out_dir``.
+    """Write report.md, report.html, figures/*.png and metrics.json as the folder `out_dir`.
 
     Parameters
     ----------
-    outcomes : the experiments' outcomes, in report order (see :mod:`normlab.lab.runner`).
-    out_dir : the report folder: created, or replaced whole if it holds an earlier report
-        (sub-folders of ``normlab run NAME`` reports inside it are kept).
-    settings : the size and seed the experiments ran with (written in the header).
-    total_s : wall time of the whole run, in seconds.
+    outcomes
+        The experiments' outcomes, in report order (see [normlab.lab.runner][]).
+    out_dir
+        The report folder: created, or replaced whole if it holds an earlier report (sub-folders
+        of `normlab run NAME` reports inside it are kept).
+    settings
+        The size and seed the experiments ran with (written in the header).
+    total_s
+        Wall time of the whole run, in seconds.
 
     Returns
     -------
     ReportFiles
-        The paths written (inside ``out_dir``).
+        The paths written (inside `out_dir`).
 
     Raises
     ------
     ValueError
-        ``out_dir`` is a file, cannot be written, or holds files that are not a report
-        (see :func:`check_out_dir`); nothing is written then.
+        `out_dir` is a file, cannot be written, or holds files that are not a report (see
+        [check_out_dir][normlab.lab.report.check_out_dir]); nothing is written then.
     """
     out = Path(out_dir)
     check_out_dir(out)
@@ -158,7 +175,7 @@ def write_report(
 def _write_files(
     outcomes: Sequence[Outcome], out: Path, settings: Settings, *, total_s: float
 ) -> ReportFiles:
-    """Render every file of the report into the (new, empty) folder ``out``."""
+    """Render every file of the report into the (new, empty) folder `out`."""
     (out / "figures").mkdir(parents=True, exist_ok=True)
     figures = {o.name: _render_figures(o, out) for o in outcomes}
     for o in outcomes:  # figures are written; free matplotlib's memory
@@ -198,23 +215,28 @@ def run_report(
     show_progress: bool = False,
     loader: Callable[[str], Any] = load,
 ) -> tuple[int, list[Outcome], ReportFiles]:
-    """Run ``names`` and write the report into ``out_dir``: the engine of ``normlab report``.
+    """Run `names` and write the report into `out_dir`: the engine of `normlab report`.
 
     Parameters
     ----------
-    names : experiment names in report order (:func:`normlab.lab.experiments.resolve`).
-    settings : size and seed for every experiment.
-    out_dir : output folder.
-    show_progress : tqdm bars on stderr (one per experiment plus the overall line).
-    loader : maps a name to its module (default: import it from the registry).
+    names
+        Experiment names in report order ([normlab.lab.experiments.resolve][]).
+    settings
+        Size and seed for every experiment.
+    out_dir
+        Output folder.
+    show_progress
+        Tqdm bars on stderr (one per experiment plus the overall line).
+    loader
+        Maps a name to its module (default: import it from the registry).
 
     Returns
     -------
     (status, outcomes, files)
-        ``status`` is 0 when every experiment passed, else 1.
+        `status` is 0 when every experiment passed, else 1.
 
-    Example
-    -------
+    Examples
+    --------
     >>> status, outcomes, files = run_report(["invariance"], Settings("quick"), "out")
     ... # doctest: +SKIP
     """

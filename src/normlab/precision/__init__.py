@@ -1,8 +1,8 @@
 """Float formats, exact rounding, loss scaling, mixed-precision training and scaled recipes.
 
-Formats and rounding: :mod:`formats`, :mod:`rounding`, :mod:`codes`. Scaled recipes:
-per-tensor FP8 (:mod:`fp8_scaling`), MX (:mod:`mx`), NVFP4 (:mod:`nvfp4`), blockwise FP8
-(:mod:`blockwise`), the random Hadamard transform (:mod:`hadamard`). Training: loss
+Formats and rounding: `formats`, `rounding`, `codes`. Scaled recipes:
+per-tensor FP8 (`fp8_scaling`), MX (`mx`), NVFP4 (`nvfp4`), blockwise FP8
+(`blockwise`), the random Hadamard transform (`hadamard`). Training: loss
 scaling, master weights, low-precision matmul.
 """
 
