@@ -41,7 +41,7 @@ def mean_var(x: np.ndarray, axes: Sequence[int]) -> tuple[np.ndarray, np.ndarray
     Parameters
     ----------
     x
-        Ndarray in its compute dtype (float32 or float64).
+        In its compute dtype (float32 or float64).
     axes
         The axes to reduce.
 
@@ -98,11 +98,11 @@ def centred_grad(
     Parameters
     ----------
     gh
-        Ndarray, the upstream gradient times the gain, in the compute dtype.
+        The upstream gradient times the gain, in the compute dtype.
     xhat
-        Ndarray of gh's shape, the normalised input.
+        The normalised input, of gh's shape.
     rstd
-        Ndarray broadcasting against gh (the reduced axes of length 1).
+        Broadcasts against gh (the reduced axes of length 1).
     axes
         The normalised axes (means over them).
     out
@@ -112,7 +112,7 @@ def centred_grad(
     Returns
     -------
     dx : numpy.ndarray
-        Ndarray of gh's shape (`out` when given).
+        gh's shape (`out` when given).
 
     Examples
     --------

@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
+import os
 import platform
 import time
 import traceback
@@ -38,6 +39,7 @@ __all__ = [
     "ReportFiles",
     "check_out_dir",
     "jsonable",
+    "machine",
     "run_report",
     "versions",
     "write_report",
@@ -66,6 +68,25 @@ class ReportFiles:
     html: Path
     metrics: Path
     figures: tuple[Path, ...]
+
+
+def machine() -> dict[str, Any]:
+    """Where the report ran: the CPU model, its logical cores, the OS (for timings).
+
+    Examples
+    --------
+    >>> sorted(machine())
+    ['cpu', 'logical_cores', 'platform']
+    """
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            names = [line.split(":", 1)[1].strip() for line in info
+                     if line.startswith("model name")]
+        cpu = names[0] if names else cpu
+    except OSError:  # not Linux
+        pass
+    return {"cpu": cpu, "logical_cores": os.cpu_count(), "platform": platform.platform()}
 
 
 def versions() -> dict[str, str]:
@@ -196,6 +217,7 @@ def _write_files(
         "generated_utc": meta["generated"],
         "settings": {"size": settings.size, "seed": settings.seed},
         "versions": found,
+        "machine": machine(),
         "total_elapsed_s": round(total_s, 3),
         "passed": exit_status(outcomes) == 0,
         "experiments": {o.name: _experiment_metrics(o) for o in outcomes},
@@ -232,8 +254,13 @@ def run_report(
 
     Returns
     -------
-    (status, outcomes, files)
-        `status` is 0 when every experiment passed, else 1.
+    status : int
+        The exit status: 0 unless an experiment FAILs or raises an exception, then 1 (PASS,
+        NOT REPRODUCED and SKIPPED all give 0).
+    outcomes : list of Outcome
+        One per experiment, in order.
+    files : ReportFiles
+        What was written.
 
     Examples
     --------

@@ -150,7 +150,10 @@ def run_experiments(
 
 
 def exit_status(outcomes: Sequence[Outcome]) -> int:
-    """0 when every experiment passed (or honestly did not reproduce a claim, or was skipped
-    for a missing optional dependency), else 1."""
+    """The exit status of a report: 0 unless an experiment FAILs or raises an exception, then 1.
+
+    0 when every outcome is PASS, NOT REPRODUCED (an honest result) or SKIPPED (a missing
+    optional dependency); 1 on FAIL or ERROR, and for a report without any outcome.
+    """
     ok = ("pass", "not reproduced", "skipped")
     return 0 if outcomes and all(o.status in ok for o in outcomes) else 1
