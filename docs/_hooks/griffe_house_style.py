@@ -70,7 +70,7 @@ def attributes_to_members(obj: griffe.Object) -> list[str]:
             ):
                 kept.append(item)
                 continue
-            for name, member in zip(names, members):
+            for name, member in zip(names, members, strict=True):
                 assert member is not None
                 member.docstring = griffe.Docstring(
                     item.description,
