@@ -317,7 +317,7 @@ def test_a_report_leaves_no_lock_file_and_counts_each_verdict(tmp_path, monkeypa
 def test_the_summary_counts_not_reproduced_skipped_and_errors_apart():
     from types import SimpleNamespace as Outcome
 
-    from normlab.cli import verdict_summary
+    from normlab.lab.render import verdict_summary
 
     hint = 'lowp_training needs PyTorch: pip install ".[torch]"  (from the normlab source tree)'
     outcomes = (

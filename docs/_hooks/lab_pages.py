@@ -71,9 +71,26 @@ def _cell(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
+_CITED = re.compile(r"^(.*?\b(?:19|20)\d\d), (.+)$")  # "Xiong et al. 2020, Lemma 2"
+
+
 def _sources(entry: Mapping[str, Any]) -> str:
-    seen = dict.fromkeys(str(c["source"]) for c in entry.get("checks", ()))
-    return "; ".join(seen)
+    """The checks' sources, each once, one work's parts together.
+
+    `"Xiong et al. 2020, Lemma 2"` and `"Xiong et al. 2020, Theorem 1"` give
+    `"Xiong et al. 2020, Lemma 2; Theorem 1"`.
+    """
+    parts = dict.fromkeys(
+        part.strip() for c in entry.get("checks", ()) for part in str(c["source"]).split("; ")
+    )
+    groups: dict[str, list[str]] = {}
+    for part in parts:
+        cited = _CITED.match(part)
+        work, detail = (cited.group(1), cited.group(2)) if cited else (part, "")
+        groups.setdefault(work, [])
+        if detail:
+            groups[work].append(detail)
+    return "; ".join(f"{work}, {'; '.join(d)}" if d else work for work, d in groups.items())
 
 
 def _verdict_cell(entry: Mapping[str, Any]) -> str:
@@ -86,7 +103,8 @@ def _verdict_cell(entry: Mapping[str, Any]) -> str:
         return "ERROR (see the experiment's page)"
     shown = (notes or others)[:1]
     if shown:
-        return f"{word}: {_cell(shown[0]['measured'])}"
+        measured = _cell(shown[0]["measured"]).removeprefix(f"{word}: ")
+        return f"{word}: {measured}"
     return word
 
 
@@ -143,10 +161,20 @@ def report_time(report: Mapping[str, Any]) -> str:
         if with_torch not in (None, "skipped") else ""
     )
     return (
-        f"{round(float(report.get('total_elapsed_s', 0)))} s of wall time for the committed "
-        f"report (size `{report.get('settings', {}).get('size', '?')}`{torch_note}) on {cpu} "
-        f"with {cores} logical cores, {report.get('generated_utc', '?')}"
+        f"{round(float(report.get('total_elapsed_s', 0)))} s of wall time{_cpu_note(report)} "
+        f"for the committed report (size `{report.get('settings', {}).get('size', '?')}`"
+        f"{torch_note}) on {cpu} with {cores} logical cores, {report.get('generated_utc', '?')}"
     )
+
+
+def _cpu_note(report: Mapping[str, Any]) -> str:
+    """CPU time and load, when the report has them: wall time alone depends on other work."""
+    cpu_s = report.get("total_cpu_s")
+    load = (report.get("machine") or {}).get("load_average_1min")
+    parts = [f"{round(float(cpu_s))} s of CPU time"] if cpu_s is not None else []
+    if load is not None:
+        parts.append(f"load average {load} while it ran")
+    return f" ({', '.join(parts)})" if parts else ""
 
 
 def readme_block(report: Mapping[str, Any], registry: Mapping[str, str]) -> str:

@@ -23,13 +23,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
-__all__ = ["UsageError", "build_parser", "main", "verdict_summary"]
+__all__ = ["UsageError", "build_parser", "main"]
 
 DEFAULT_OUT = "normlab-report"
 """The report folder of `normlab report` without `--out` (relative to the working folder)."""
@@ -228,59 +227,11 @@ def _report(names: Sequence[str], args: argparse.Namespace, out: str) -> int:
         if o.status in ("error", "skipped") and o.error:
             last = o.error.strip().splitlines()[-1]
             print(f"{'':15s}{last}")
+    from normlab.lab.render import verdict_summary
+
     print(verdict_summary(outcomes))
     print(f"report: {files.markdown}, {files.html}")
     return status
-
-
-_SUMMARY_ORDER = ("pass", "not reproduced", "inconclusive", "skipped", "error", "fail")
-_INSTALL = re.compile(r'pip install (?:"[^"]+"|\S+)')
-
-
-def verdict_summary(outcomes: Sequence[Any]) -> str:
-    """One line that counts each verdict: `8 PASS · 4 NOT REPRODUCED · 0 FAIL`.
-
-    PASS and FAIL are always counted; every other status (NOT REPRODUCED, INCONCLUSIVE,
-    SKIPPED, ERROR, and any the runner adds) only when it occurs. SKIPPED carries the
-    install command(s) its experiments named, so the line says how to run them.
-
-    Parameters
-    ----------
-    outcomes : sequence of Outcome
-        The runner's outcomes ([Outcome][normlab.lab.runner.Outcome]).
-
-    Returns
-    -------
-    str
-        The counts, in the order PASS, NOT REPRODUCED, INCONCLUSIVE, SKIPPED, ERROR, FAIL
-        (other statuses before FAIL), joined by " · ".
-
-    Examples
-    --------
-    >>> from types import SimpleNamespace as O
-    >>> verdict_summary([O(status="pass", error=None), O(status="not reproduced", error=None)])
-    '1 PASS · 1 NOT REPRODUCED · 0 FAIL'
-    """
-    counts: dict[str, int] = {}
-    for o in outcomes:
-        counts[o.status] = counts.get(o.status, 0) + 1
-    order = [s for s in _SUMMARY_ORDER if s != "fail"]
-    order += [s for s in counts if s not in _SUMMARY_ORDER] + ["fail"]
-    parts = []
-    for status in order:
-        n = counts.get(status, 0)
-        if n == 0 and status not in ("pass", "fail"):
-            continue
-        part = f"{n} {status.upper()}"
-        if status == "skipped":
-            hints = dict.fromkeys(
-                m.group(0) for o in outcomes if o.status == "skipped"
-                for m in _INSTALL.finditer(o.error or "")
-            )
-            if hints:
-                part += f" ({', '.join(hints)})"
-        parts.append(part)
-    return " · ".join(parts)
 
 
 def _dispatch(args: argparse.Namespace) -> int:

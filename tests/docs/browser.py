@@ -44,11 +44,15 @@ def chromium_or_skip() -> str:
     return found
 
 
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:  # no line per request
+        pass
+
+
 @contextlib.contextmanager
 def serve(folder: Path) -> Iterator[str]:
     """Serve `folder` on 127.0.0.1 for the block; yields the base URL."""
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
-    handler.log_message = lambda *args: None  # type: ignore[attr-defined]
+    handler = functools.partial(_QuietHandler, directory=str(folder))
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()

@@ -63,18 +63,28 @@ def reader_text(page_html: str) -> str:
 
 _ROLE = re.compile(r"(?<![\w:]):(?:[a-z]+:)?[a-z]+:(?=[`\x02])")
 _DIRECTIVE = re.compile(r"(?<!\.)\.\. [a-z][a-z-]*::")
-_DOUBLE_BACKTICK = re.compile(r"``[^`\n]+``")
+_DOUBLE_BACKTICK = re.compile(r"(?<!`)``[^`\n]+``(?!`)")
+_SEGMENT = re.compile(f"{CODE_START}[^{CODE_END}]*{CODE_END}|[^{CODE_START}]+")
+
+
+def _context(text: str, start: int, end: int) -> str:
+    context = text[max(0, start - 30) : end + 30].replace(CODE_START, "`")
+    return context.replace(CODE_END, "`").replace("\n", " ").strip()
 
 
 def raw_rest(page_html: str) -> list[str]:
-    """Every raw reST role, directive and double-backtick literal a reader sees, in order."""
+    """Every raw reST role, directive and double-backtick literal a reader sees, in order.
+
+    A double-backtick literal counts within one stretch of text or one inline code element
+    (griffe shows a misparsed type as code), never across them: inline code may itself hold
+    backticks (`` ```python ``).
+    """
     text = reader_text(page_html)
-    found = []
-    for pattern in (_ROLE, _DIRECTIVE, _DOUBLE_BACKTICK):
-        for match in pattern.finditer(text):
-            start = max(0, match.start() - 30)
-            context = text[start : match.end() + 30].replace(CODE_START, "`")
-            found.append(context.replace(CODE_END, "`").replace("\n", " ").strip())
+    found = [_context(text, m.start(), m.end()) for m in _ROLE.finditer(text)]
+    found += [_context(text, m.start(), m.end()) for m in _DIRECTIVE.finditer(text)]
+    for segment in _SEGMENT.finditer(text):
+        for m in _DOUBLE_BACKTICK.finditer(segment.group(0)):
+            found.append(_context(text, segment.start() + m.start(), segment.start() + m.end()))
     return found
 
 

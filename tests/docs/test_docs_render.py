@@ -163,7 +163,9 @@ WIDTH_PROBE = """
 
 WIDE_PAGE = """<!doctype html><html><head><meta name="viewport" content="width=device-width">
 </head><body><p>text</p><div style="width: 900px">a 900 px box</div>
-<table><tr><td><code>a_long_experiment_name</code></td><td style="width: 380px">x</td></tr>
+<table style="width: 300px"><tr><td>
+<code style="word-break: break-all">a_long_experiment_name</code></td>
+<td style="width: 260px">the theme's old rule broke names like this</td></tr>
 </table></body></html>"""
 
 

@@ -109,7 +109,7 @@ def test_exercise_page_states_each_question_and_shows_what_the_command_prints(si
     text = _text((site / "exercises.html").read_text(encoding="utf-8"))
     for number, (title, question) in QUESTIONS.items():
         assert f"Exercise {number} {title}" in text
-        prose = re.sub(r"\$[^$]*\$", "", question).split()  # the math is MathML on the page
+        prose = question.split("$")[0].split()  # up to the first formula (MathML on the page)
         assert " ".join(prose[:8]) in " ".join(text.split()), number
         assert f"$ normlab exercise {number}" in text
         for line in exercise_text(number).splitlines():
@@ -147,9 +147,13 @@ def test_nav_lists_every_page_and_the_generated_ones(site: Path):
             assert f'href="{optional.replace(".md", ".html")}"' in nav, optional
 
 
-@pytest.mark.parametrize(
-    "page", sorted(str(p.relative_to(ROOT / "docs")) for p in (ROOT / "docs").rglob("*.md"))
-)
+def _doc_pages() -> list[Path]:
+    """The Markdown pages under docs/ (not a locally written report in docs/lab/report/)."""
+    report = ROOT / "docs" / "lab" / "report"
+    return sorted(p for p in (ROOT / "docs").rglob("*.md") if report not in p.parents)
+
+
+@pytest.mark.parametrize("page", [str(p.relative_to(ROOT / "docs")) for p in _doc_pages()])
 def test_python_blocks_in_pages_run(page, tmp_path, monkeypatch):
     # every ```python (or ```py) block of a page is a complete program that runs alone
     monkeypatch.chdir(tmp_path)
@@ -180,10 +184,32 @@ def test_readme_links_and_images_point_at_files():
 
 def test_install_lines_say_where_to_run_them():
     # `pip install ".[...]"` needs the source tree: each page that gives one says so first
-    for path in [ROOT / "README.md", *(ROOT / "docs").rglob("*.md")]:
+    for path in [ROOT / "README.md", *_doc_pages()]:
         text = path.read_text(encoding="utf-8")
         first = re.search(r'pip install (?:-e )?"?\.', text)
         if first is None:
             continue
         before = text[: first.start()]
         assert re.search(r"clone|source tree|root folder", before), path.name
+
+
+EXIT_WORDING = "0 unless an experiment FAILs or raises an exception, then 1"
+
+
+def test_the_exit_status_is_worded_the_same_everywhere():
+    # what normlab.lab.runner.exit_status does, in one wording: README, getting started and
+    # the command's own docstring; no page says anything else about the report's exit status
+    from normlab import cli
+
+    sources = {
+        "README.md": (ROOT / "README.md").read_text(encoding="utf-8"),
+        "getting-started.md": (ROOT / "docs" / "getting-started.md").read_text(encoding="utf-8"),
+        "normlab.cli": cli.__doc__ or "",
+    }
+    for name, text in sources.items():
+        assert EXIT_WORDING in " ".join(text.split()), name
+    for path in [ROOT / "README.md", *_doc_pages()]:
+        flat = " ".join(path.read_text(encoding="utf-8").split())
+        for wrong in ("exits 1 when a claim is not reproduced", "exits non-zero",
+                      "experiments passed"):  # fmt: skip
+            assert wrong not in flat, (path.name, wrong)

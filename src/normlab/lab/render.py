@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -28,6 +29,7 @@ __all__ = [
     "experiment_markdown",
     "html_document",
     "markdown_document",
+    "verdict_summary",
 ]
 
 _STATUS = {"pass": "PASS", "fail": "FAIL", "not reproduced": "NOT REPRODUCED",
@@ -158,9 +160,57 @@ def experiment_markdown(index: int, outcome: Outcome, size: object = None) -> st
     return "\n".join(lines + _detects_block(outcome))
 
 
+_SUMMARY_ORDER = ("pass", "not reproduced", "inconclusive", "skipped", "error", "fail")
+_INSTALL = re.compile(r'pip install (?:"[^"]+"|\S+)')
+
+
+def verdict_summary(outcomes: Sequence[Outcome]) -> str:
+    """One line that counts each verdict: `8 PASS · 4 NOT REPRODUCED · 0 FAIL`.
+
+    PASS and FAIL are always counted; every other status (NOT REPRODUCED, INCONCLUSIVE,
+    SKIPPED, ERROR, and any the runner adds) only when it occurs. SKIPPED carries the
+    install command(s) its experiments named, so the line says how to run them.
+
+    Parameters
+    ----------
+    outcomes : sequence of Outcome
+        The runner's outcomes ([Outcome][normlab.lab.runner.Outcome]).
+
+    Returns
+    -------
+    str
+        The counts, in the order PASS, NOT REPRODUCED, INCONCLUSIVE, SKIPPED, ERROR, FAIL
+        (other statuses before FAIL), joined by " · ".
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace as O
+    >>> verdict_summary([O(status="pass", error=None), O(status="not reproduced", error=None)])
+    '1 PASS · 1 NOT REPRODUCED · 0 FAIL'
+    """
+    counts: dict[str, int] = {}
+    for o in outcomes:
+        counts[o.status] = counts.get(o.status, 0) + 1
+    order = [s for s in _SUMMARY_ORDER if s != "fail"]
+    order += [s for s in counts if s not in _SUMMARY_ORDER] + ["fail"]
+    parts = []
+    for status in order:
+        n = counts.get(status, 0)
+        if n == 0 and status not in ("pass", "fail"):
+            continue
+        part = f"{n} {status.upper()}"
+        if status == "skipped":
+            hints = dict.fromkeys(
+                m.group(0) for o in outcomes if o.status == "skipped"
+                for m in _INSTALL.finditer(o.error or "")
+            )
+            if hints:
+                part += f" ({', '.join(hints)})"
+        parts.append(part)
+    return " · ".join(parts)
+
+
 def _header(outcomes: Sequence[Outcome], meta: Mapping[str, object]) -> str:
-    passed = sum(o.status == "pass" for o in outcomes)
-    not_rep = sum(o.status == "not reproduced" for o in outcomes)
     lines = [
         "# normlab report",
         "",
@@ -172,8 +222,7 @@ def _header(outcomes: Sequence[Outcome], meta: Mapping[str, object]) -> str:
         f"- reproduce: `normlab report{cli_flags(meta['size'], meta['seed'])}`",
         f"- versions: {meta['versions_text']}",
         f"- generated: {meta['generated']} (total {meta['total_s']:.1f} s)",
-        f"- result: **{passed} of {len(outcomes)} experiments passed**"
-        + (f", {not_rep} did not reproduce a claim" if not_rep else ""),
+        f"- result: **{verdict_summary(outcomes)}**",
         "",
     ]
     rows = []

@@ -71,12 +71,16 @@ class ReportFiles:
 
 
 def machine() -> dict[str, Any]:
-    """Where the report ran: the CPU model, its logical cores, the OS (for timings).
+    """Where the report ran: the CPU model, its logical cores, the OS, the load (for timings).
+
+    `load_average_1min` is the system's load when the report is written (None where the OS
+    does not tell): above the number of cores, other work shared the CPU and the wall times
+    are longer than on an idle machine.
 
     Examples
     --------
     >>> sorted(machine())
-    ['cpu', 'logical_cores', 'platform']
+    ['cpu', 'load_average_1min', 'logical_cores', 'platform']
     """
     cpu = platform.processor() or platform.machine()
     try:
@@ -86,7 +90,24 @@ def machine() -> dict[str, Any]:
         cpu = names[0] if names else cpu
     except OSError:  # not Linux
         pass
-    return {"cpu": cpu, "logical_cores": os.cpu_count(), "platform": platform.platform()}
+    try:
+        load: float | None = round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):  # not POSIX
+        load = None
+    return {"cpu": cpu, "logical_cores": os.cpu_count(), "platform": platform.platform(),
+            "load_average_1min": load}
+
+
+def _cpu_seconds() -> float:
+    """CPU time (user + system) of this process and its finished children so far."""
+    try:
+        import resource
+    except ImportError:  # not POSIX: this process only
+        return time.process_time()
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(
+        resource.RUSAGE_CHILDREN
+    )
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def versions() -> dict[str, str]:
@@ -154,7 +175,12 @@ def _experiment_metrics(o: Outcome) -> dict[str, Any]:
 
 
 def write_report(
-    outcomes: Sequence[Outcome], out_dir: str | Path, settings: Settings, *, total_s: float
+    outcomes: Sequence[Outcome],
+    out_dir: str | Path,
+    settings: Settings,
+    *,
+    total_s: float,
+    cpu_s: float | None = None,
 ) -> ReportFiles:
     """Write report.md, report.html, figures/*.png and metrics.json as the folder `out_dir`.
 
@@ -169,6 +195,8 @@ def write_report(
         The size and seed the experiments ran with (written in the header).
     total_s
         Wall time of the whole run, in seconds.
+    cpu_s
+        CPU time (user + system) of the whole run, in seconds, when it was measured.
 
     Returns
     -------
@@ -184,7 +212,7 @@ def write_report(
     out = Path(out_dir)
     check_out_dir(out)
     with staged_folder(out) as stage:
-        files = _write_files(outcomes, stage, settings, total_s=total_s)
+        files = _write_files(outcomes, stage, settings, total_s=total_s, cpu_s=cpu_s)
     return ReportFiles(
         out / files.markdown.name,
         out / files.html.name,
@@ -194,7 +222,8 @@ def write_report(
 
 
 def _write_files(
-    outcomes: Sequence[Outcome], out: Path, settings: Settings, *, total_s: float
+    outcomes: Sequence[Outcome], out: Path, settings: Settings, *, total_s: float,
+    cpu_s: float | None = None,
 ) -> ReportFiles:
     """Render every file of the report into the (new, empty) folder `out`."""
     (out / "figures").mkdir(parents=True, exist_ok=True)
@@ -219,6 +248,7 @@ def _write_files(
         "versions": found,
         "machine": machine(),
         "total_elapsed_s": round(total_s, 3),
+        "total_cpu_s": None if cpu_s is None else round(cpu_s, 3),
         "passed": exit_status(outcomes) == 0,
         "experiments": {o.name: _experiment_metrics(o) for o in outcomes},
     }
@@ -268,7 +298,8 @@ def run_report(
     ... # doctest: +SKIP
     """
     check_out_dir(out_dir)  # a bad folder is reported before any experiment runs
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), _cpu_seconds()
     outcomes = run_experiments(names, settings, loader=loader, show_progress=show_progress)
-    files = write_report(outcomes, out_dir, settings, total_s=time.perf_counter() - start)
+    files = write_report(outcomes, out_dir, settings, total_s=time.perf_counter() - start,
+                         cpu_s=_cpu_seconds() - cpu_start)
     return exit_status(outcomes), outcomes, files
