@@ -251,8 +251,8 @@ def lab_page(
             f"From the committed report: seed {entry.get('seed', report['settings']['seed'])}, "
             f"size `{report['settings']['size']}`"
             + (f" ({_cell(size_text)})" if size_text else "")
-            + f"; this experiment ran {entry['elapsed_s']:.1f} s of the report's "
-            f"{_provenance(report)}.\n"
+            + f". This experiment ran {entry['elapsed_s']:.1f} s of the whole report's "
+            f"{report_time(report)}.\n"
         )
         if entry.get("error"):
             lines += ["```text", str(entry["error"]).strip(), "```", ""]
