@@ -173,7 +173,7 @@ def _cpu_note(report: Mapping[str, Any]) -> str:
     load = (report.get("machine") or {}).get("load_average_1min")
     parts = [f"{round(float(cpu_s))} s of CPU time"] if cpu_s is not None else []
     if load is not None:
-        parts.append(f"load average {load} while it ran")
+        parts.append(f"load average {load} when it finished")
     return f" ({', '.join(parts)})" if parts else ""
 
 

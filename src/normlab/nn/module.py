@@ -67,7 +67,7 @@ class Parameter:
         return tuple(self.data.shape)
 
     def accumulate(self, grad: np.ndarray) -> None:
-        """Add `grad` into `grad` (float64 for float64 gradients, else float32)."""
+        """Add `grad` into `self.grad` (float64 for float64 gradients, else float32)."""
         if tuple(grad.shape) != self.shape:
             raise ValueError(
                 f"gradient for parameter {self.name!r} must have shape {self.shape}; "
