@@ -1,8 +1,6 @@
 """normlab in a PyTorch training loop: convert a model, train with a recipe, then DDP.
 
-Run: python examples/torch_training.py  (CPU is enough). Measured on a 2-core Intel Xeon
-VM with torch 2.13 CPU: 29 s of CPU time (27.6 s user, 1.8 s system); the wall time is about
-that on an idle machine and grows with other load (122 s at a load average of 8.7).
+Run: python examples/torch_training.py  (CPU is enough; a few seconds)
 """
 
 import gc
