@@ -15,8 +15,8 @@ Subcommands::
 Exit status: 0 unless an experiment FAILs or raises an exception, then 1 (PASS, NOT
 REPRODUCED, INCONCLUSIVE and SKIPPED all exit 0); 2 for a usage error (unknown experiment,
 bad value, unusable `--out`, a missing optional dependency), always found before any
-experiment runs and reported in one line; 130 when interrupted (Ctrl-C); 141 when stdout is a pipe that was
-closed early (nothing printed).
+experiment runs and reported in one line; 130 when interrupted (Ctrl-C); 141 when stdout
+is a pipe that was closed early (nothing printed).
 """
 
 from __future__ import annotations
