@@ -115,6 +115,9 @@ def lab_table(
 ) -> str:
     """The lab table: one row per experiment of the registry, verdicts from the report.
 
+    The "what is checked" cell is the experiment's entry of
+    `normlab.lab.experiments._checked.CHECKED` (its set-up and claims), else its registry title.
+
     `link(name)` writes the experiment's cell (plain code in the README, a link to the
     experiment's page on the site); everything else is the same text in both places.
     """
@@ -123,7 +126,9 @@ def lab_table(
         "|---|---|---|---|---|",
     ]
     runs = report.get("experiments", {})
-    for i, (name, description) in enumerate(registry.items(), 1):
+    checked = _checked()
+    for i, (name, title) in enumerate(registry.items(), 1):
+        description = checked.get(name, title)
         entry = runs.get(name)
         if entry is None:
             rows.append(f"| {i} | {link(name)} | | {_cell(description)} | not in the report |")
@@ -288,6 +293,14 @@ def lab_page(
         "    options:\n      show_root_heading: false\n      heading_level: 3\n"
     )
     return "\n".join(lines)
+
+
+def _checked() -> dict[str, str]:
+    """Each experiment's "what is checked" cell (its set-up and claims), by name."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from normlab.lab.experiments._checked import CHECKED
+
+    return dict(CHECKED)
 
 
 def _registry() -> dict[str, str]:

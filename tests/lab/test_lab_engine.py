@@ -227,7 +227,7 @@ def test_inconclusive_is_its_own_status_counted_apart_with_exit_zero(tmp_path, m
     status, outcomes, files = run_report(["inc"], Settings(), tmp_path, loader=lambda _: module)
     assert outcomes[0].status == "inconclusive" and status == 0
     md = files.markdown.read_text()
-    assert "| INCONCLUSIVE |" in md and "0 of 1 experiments passed**, 1 inconclusive" in md
+    assert "| INCONCLUSIVE |" in md and "result: **0 PASS · 1 INCONCLUSIVE · 0 FAIL**" in md
     assert '<span class="inconc">INCONCLUSIVE</span>' in files.html.read_text()
     data = json.loads(files.metrics.read_text())
     assert data["experiments"]["inc"]["status"] == "inconclusive" and data["passed"] is True
@@ -247,7 +247,7 @@ def test_inconclusive_is_its_own_status_counted_apart_with_exit_zero(tmp_path, m
     monkeypatch.setattr(cli, "_selection", lambda only: ["inc"])
     assert cli.main(["report", "--quick", "--out", str(tmp_path / "r"), "--no-progress"]) == 0
     out = capsys.readouterr().out
-    assert "INCONCLUSIVE" in out and "0 of 1 experiments passed, 1 inconclusive" in out
+    assert "INCONCLUSIVE" in out and "0 PASS · 1 INCONCLUSIVE · 0 FAIL" in out
 
 
 def test_a_missing_optional_dependency_is_skipped_not_failed(tmp_path):
