@@ -134,7 +134,8 @@ def inverse_random_hadamard_transform(y: Any, block: int = 16, *, seed: int,
                                       axis: int = -1) -> np.ndarray:
     """The inverse `(y H / sqrt(b)) * d` of the transform, with the same seed.
 
-    Undoes [random_hadamard_transform][normlab.precision.random_hadamard_transform]. Exact in exact arithmetic (M is orthogonal); in floating point each output is one dot
+    Undoes [random_hadamard_transform][normlab.precision.random_hadamard_transform].
+    Exact in exact arithmetic (M is orthogonal); in floating point each output is one dot
     product of b terms, so x comes back to within a few ulps (exactly when every partial
     sum is representable, e.g. small integers with b = 16). Parameters and errors are those
     of the transform, with `y` in place of `x`.

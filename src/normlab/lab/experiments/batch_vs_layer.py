@@ -19,7 +19,7 @@ one token at a time." Measured in float64 on sequences of feature vectors:
    without BatchNorm (same weights, same batches; a synthetic 10-class task instead of
    MNIST): test accuracy against steps, and the 15th/50th/85th percentiles of the input of
    one last-layer sigmoid, which drift without BatchNorm and stay put with it
-   (:mod:`normlab.lab.experiments._ioffe_mlp`).
+   (`normlab.lab.experiments._ioffe_mlp`).
 
 Shapes: B sequences, T positions, C features.
 """
@@ -109,10 +109,10 @@ def composition_changes(seed: int, n_batches: int = 6) -> dict[str, float]:
 
 
 def train_eval_gap(seed: int, batch: int, steps: int, probes: int) -> float:
-    """Mean |train-mode - eval-mode| BatchNorm output on batches of size ``batch``.
+    """Mean |train-mode - eval-mode| BatchNorm output on batches of size `batch`.
 
-    Running statistics are accumulated over ``steps`` training batches (momentum 0.9, the
-    chapter's convention), then ``probes`` fresh batches go through both modes.
+    Running statistics are accumulated over `steps` training batches (momentum 0.9, the
+    chapter's convention), then `probes` fresh batches go through both modes.
     """
     rng = np.random.default_rng([seed, batch])
     mu, sigma = rng.normal(0.0, 2.0, _C), rng.uniform(0.5, 3.0, _C)
@@ -209,7 +209,10 @@ def measure(settings: Settings, progress: Progress) -> dict[str, Any]:
 
 
 def checks(m: dict[str, Any]) -> list[Check]:
-    """Each criterion reads only the measured numbers ``m`` (see :func:`measure`)."""
+    """Each criterion reads only the measured numbers `m`.
+
+    See [measure][normlab.lab.experiments.batch_vs_layer.measure].
+    """
     comp, gaps = m["comp"], m["gaps"]
     g = [gaps[b] for b in BATCH_SIZES]
     # a broken eval mode can make the gaps 0: the check must then FAIL, not divide by zero

@@ -6,11 +6,11 @@ p and keep probability q = 1 - p,
 
     out = m * x / q,   m ~ Bernoulli(q)   =>   E[out] = x,   Var[out] = x^2 p / q.
 
-Many independent masks are drawn through :func:`normlab.inverted_dropout` for a fixed
+Many independent masks are drawn through [normlab.inverted_dropout][] for a fixed
 vector x; the sample mean and variance of every coordinate are compared with x and
 x^2 p/(1-p). Tolerances come from the sample size: a z-bound on the standard error of the
 sample mean, sqrt(Var/N), and of the mean of (out - x)^2, sqrt((mu4 - sigma^4)/N), with the
-exact fourth central moment mu4 = x^4 (p^4/q^3 + p) of the scaled Bernoulli. ``nn.Dropout`` in
+exact fourth central moment mu4 = x^4 (p^4/q^3 + p) of the scaled Bernoulli. `nn.Dropout` in
 eval mode, and p = 0, must return x unchanged (bitwise).
 
 Shapes: N masks (samples), M coordinates of x.
@@ -64,11 +64,11 @@ def exact_moments(x: np.ndarray, p: float) -> tuple[np.ndarray, np.ndarray]:
 
 
 def dropout_moments(x: np.ndarray, p: float, n: int, rng: np.random.Generator) -> dict:
-    """Sample mean/variance of ``n`` inverted-dropout draws of ``x`` and their z-scores.
+    """Sample mean/variance of `n` inverted-dropout draws of `x` and their z-scores.
 
-    Returns a dict of arrays of shape (M,): ``mean``, ``var`` = mean of (out - x)^2 (the
+    Returns a dict of arrays of shape (M,): `mean`, `var` = mean of (out - x)^2 (the
     variance about the known mean, unbiased), the exact
-    ``var_true`` = x^2 p/(1-p), and ``z_mean``, ``z_var`` (error / standard error).
+    `var_true` = x^2 p/(1-p), and `z_mean`, `z_var` (error / standard error).
     """
     xs = np.broadcast_to(x, (n, x.size))  # N,M
     out, _ = inverted_dropout(xs, p, rng)  # N,M
@@ -142,7 +142,10 @@ def measure(settings: Settings, progress: Progress) -> dict[str, Any]:
 
 
 def checks(m: dict[str, Any]) -> list[Check]:
-    """Each criterion reads only the measured numbers ``m`` (see :func:`measure`)."""
+    """Each criterion reads only the measured numbers `m`.
+
+    See [measure][normlab.lab.experiments.dropout_stats.measure].
+    """
     n, z_mean, z_var, eval_identity = m["n"], m["z_mean"], m["z_var"], m["eval_identity"]
     source = "Srivastava et al. 2014; chapter 16.2"
     return [

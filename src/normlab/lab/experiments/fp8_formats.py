@@ -69,15 +69,15 @@ _DRIFT = 1.0  # binades of growth per step during the drift (the range doubles e
 
 
 def relative_error(x: np.ndarray, q: np.ndarray) -> float:
-    """Relative RMS error ``||q - x|| / ||x||`` in float64."""
+    """Relative RMS error `||q - x|| / ||x||` in float64."""
     x64 = x.astype(np.float64)
     return float(np.linalg.norm(q.astype(np.float64) - x64) / np.linalg.norm(x64))
 
 
 def scale_sweep(z: np.ndarray) -> dict[str, np.ndarray]:
-    """Relative error of ``z * 2^k`` cast to each format (saturating), for k in LOG2_SCALES.
+    """Relative error of `z * 2^k` cast to each format (saturating), for k in LOG2_SCALES.
 
-    Keys ``"E4M3"``/``"E5M2"`` (direct cast) and ``"E4M3 scaled"``/``"E5M2 scaled"`` (per-tensor
+    Keys `"E4M3"`/`"E5M2"` (direct cast) and `"E4M3 scaled"`/`"E5M2 scaled"` (per-tensor
     current scaling first), each an array (K).
     """
     out: dict[str, list[float]] = {k: [] for k in ("E4M3", "E5M2", "E4M3 scaled", "E5M2 scaled")}
@@ -173,7 +173,10 @@ def _table1_check(m: dict[str, Any]) -> Check:
 
 
 def checks(m: dict[str, Any]) -> list[Check]:
-    """Each criterion reads only the measured numbers ``m`` (see :func:`measure`)."""
+    """Each criterion reads only the measured numbers `m`.
+
+    See [measure][normlab.lab.experiments.fp8_formats.measure].
+    """
     e4, e5 = FORMATS["E4M3"], FORMATS["E5M2"]
     best, width = m["best"], m["width"]
     extra = width["E5M2"] - width["E4M3"]

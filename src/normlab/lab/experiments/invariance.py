@@ -1,15 +1,15 @@
 """Experiment 5: the invariance table of Ba et al. 2016 (Table 1), extended with RMSNorm.
 
-A layer computes summed inputs ``a = x W^T`` and normalises them, ``h = g * norm(a) + b``
+A layer computes summed inputs `a = x W^T` and normalises them, `h = g * norm(a) + b`
 (the non-linearity after it does not change what is invariant). Each transformation of the
-weights or of the data is applied and ``h`` recomputed in float64; a cell is "invariant"
+weights or of the data is applied and `h` recomputed in float64; a cell is "invariant"
 when every output changes by at most 1e-12 relatively (float64 rounding of these sizes is
 ~1e-15), "no" when some output changes by more than 1e-6, and undecided in between.
 
 Normalisations: BatchNorm (training mode, batch statistics), WeightNorm
-(``g * (w_i . x) / ||w_i||``, written here in one line: normlab has no weight-norm layer),
-LayerNorm and RMSNorm, through the functional core. ``eps = 1e-300``: positive as the API
-requires, and below half an ulp of every variance here, so ``var + eps == var`` exactly and
+(`g * (w_i . x) / ||w_i||`, written here in one line: normlab has no weight-norm layer),
+LayerNorm and RMSNorm, through the functional core. `eps = 1e-300`: positive as the API
+requires, and below half an ulp of every variance here, so `var + eps == var` exactly and
 the table is the one of the normalisation itself (the papers ignore eps).
 
 Expected (Ba et al. 2016 Table 1; RMSNorm: Zhang & Sennrich 2019, Table 1): see PAPER.

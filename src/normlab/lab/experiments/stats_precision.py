@@ -9,9 +9,9 @@ first mean by the centred sum) has error of order u, whatever the offset. normla
 design requires it of every norm ("never the cancelling E[x^2] - E[x]^2"), in the NumPy
 statistics helper and in the fused kernel alike.
 
-Setup: R rows of W = 4096 float32 values ``randn + 2000`` (mean^2 / var = 4e6, so the
+Setup: R rows of W = 4096 float32 values `randn + 2000` (mean^2 / var = 4e6, so the
 naive formula in float32, u = 6e-8, has nothing left), normalised by
-``layer_norm_forward`` once with the NumPy reference and once with the kernel (when numba
+`layer_norm_forward` once with the NumPy reference and once with the kernel (when numba
 is installed; otherwise the reference runs twice), and by the naive formula written here.
 Everything is compared with float64 statistics of the same float32 values. A sweep over
 offsets 0 ... 10^4 shows how each error grows. Dimension letters: R rows, W width.
@@ -65,7 +65,7 @@ def _errors(x: np.ndarray, out: np.ndarray, var: np.ndarray) -> dict[str, float]
 
 
 def _methods(x: np.ndarray, kernel: bool) -> dict[str, dict[str, float]]:
-    """Errors of the reference, the kernel and the naive formula on rows ``x`` (R,W)."""
+    """Errors of the reference, the kernel and the naive formula on rows `x` (R,W)."""
     found = {}
     for label, name in (("reference", "numpy"), ("kernel", "numba" if kernel else "numpy")):
         with use_backend(name):

@@ -6,11 +6,11 @@ half a unit in the last place of the weight is lost when added in the weight's f
 with pure bf16 weights, round-to-nearest updates stall, while stochastic rounding or Kahan
 (compensated) summation recover the accuracy of fp32 master weights.
 
-Setup: least squares ``min_w 0.5 ||A w - b||^2`` with a known solution ``w*`` (d weights of
-magnitude 0.5 to 2), plain gradient descent with step ``lr``, the gradient evaluated at the
+Setup: least squares `min_w 0.5 ||A w - b||^2` with a known solution `w*` (d weights of
+magnitude 0.5 to 2), plain gradient descent with step `lr`, the gradient evaluated at the
 bf16 working weights, and four ways to store the weights: bf16 round-to-nearest, fp32
 master weights with a bf16 working copy, bf16 with Kahan summation, bf16 with stochastic
-rounding. The "storage floor" is the error of ``w*`` itself rounded to bf16, the best any
+rounding. The "storage floor" is the error of `w*` itself rounded to bf16, the best any
 bf16 weight vector can do. Dimension letters: N = equations, D = weights, T = steps.
 """
 
@@ -71,22 +71,25 @@ _TAIL = 0.25  # also reported: the error of the weights averaged over the last q
 
 
 def swamping_ratio(fmt: Format, x: float = 1.0) -> int:
-    """The smallest power-of-two ratio ``r`` at which ``x + x / r`` rounds back to ``x``.
+    """The smallest power-of-two ratio `r` at which `x + x / r` rounds back to `x`.
 
-    ``fl(x + y) == x`` once ``|y|`` is at most half a unit in the last place of ``x``; for a
-    power of two ``x`` and ``m`` mantissa bits that is ``y = x 2^-(m+1)`` (a tie, rounded to
-    the even neighbour ``x``), so fp16 (m = 10) gives 2048 and bf16 (m = 7) gives 256
+    `fl(x + y) == x` once `|y|` is at most half a unit in the last place of `x`; for a
+    power of two `x` and `m` mantissa bits that is `y = x 2^-(m+1)` (a tie, rounded to
+    the even neighbour `x`), so fp16 (m = 10) gives 2048 and bf16 (m = 7) gives 256
     (Micikevicius et al. 2017, section 3.1). The sum is formed exactly in float64 and rounded
-    once to ``fmt``.
+    once to `fmt`.
 
     Parameters
     ----------
-    fmt : the format the addition is rounded to.
-    x : the weight (a normal number of ``fmt``).
+    fmt : Format
+        The format the addition is rounded to.
+    x : float, optional
+        The weight, a normal number of `fmt`. Default 1.0.
 
     Returns
     -------
-    int : the ratio ``x / y``, a power of two.
+    ratio : int
+        The ratio `x / y`, a power of two.
 
     Examples
     --------
@@ -117,7 +120,7 @@ def _descend(
     a: np.ndarray, b: np.ndarray, w_star: np.ndarray, mode: str, lr: float, steps: int,
     rng: np.random.Generator,
 ) -> dict[str, Any]:
-    """Gradient descent with the weights stored as ``mode`` says; error curves in RMS."""
+    """Gradient descent with the weights stored as `mode` says; error curves in RMS."""
     d = a.shape[1]
     weights = Parameter(np.zeros(d, np.float32))  # D, the bf16 working weights (in float32)
     w = weights.data
@@ -195,7 +198,10 @@ def measure(settings: Settings, progress: Progress) -> dict[str, Any]:
 
 
 def checks(m: dict[str, Any]) -> list[Check]:
-    """Each criterion reads only the measured numbers ``m`` (see :func:`measure`)."""
+    """Each criterion reads only the measured numbers `m`.
+
+    See [measure][normlab.lab.experiments.update_stall.measure].
+    """
     floor, errors, finals, swamp = m["floor"], m["errors"], m["finals"], m["swamp"]
     near = np.array(errors["nearest"])
     growth = near[1:] / near[:-1]
