@@ -5,8 +5,9 @@ weights N(0, 2/(fan_in + fan_out)) = N(0, 1/d) for the d x d matrices, biases ze
 of width d, LayerNorm without affine change at init (gain 1, bias 0). Built from
 [normlab.nn.TransformerBlock][]
 (`zero_qk=True, init="xavier_normal", activation="relu", bias=False`); attention is causal
-here (the paper's encoder attends to all positions), which leaves both statements unchanged: the attention term they bound lies
-between 0 and d whatever positions are averaged. Inputs are i.i.d. Gaussian token vectors
+here (the paper's encoder attends to all positions), which leaves both statements
+unchanged: the attention term they bound lies between 0 and d whatever positions are
+averaged. Inputs are i.i.d. Gaussian token vectors
 rescaled to ||x||^2 = d, as after an embedding LayerNorm.
 
 Lemma 2 (expectation over the weights): Post-LN, E||x^{post,5}_l||^2 = 3d/2 at every layer
