@@ -2,9 +2,10 @@
 
 Contract: [reduce_amax][normlab.torch.distributed.reduce_amax] all-reduces a float32 tensor
 of amaxes in place with MAX over a process group and returns it. `group=None` means the
-default group: the world group when `torch.distributed` is initialised (Transformer
-Engine's `amax_reduction_group` default), else no reduction (one process). With a reduction, a data-parallel run quantises
-each rank's shard with the scale a one-process run would compute on the whole batch.
+default group: the world group when `torch.distributed` is initialised (Transformer Engine's
+`amax_reduction_group` default), else no reduction (one process). With a reduction, a
+data-parallel run quantises each rank's shard with the scale a one-process run would compute
+on the whole batch.
 """
 
 from __future__ import annotations
