@@ -14,7 +14,6 @@ from types import ModuleType
 
 __all__ = ["EXPERIMENTS", "UnknownExperimentError", "load", "resolve"]
 
-# Report order: (module name, one-line description shown by `normlab report --help`).
 EXPERIMENTS: dict[str, str] = {
     "xiong_init": "Post-LN vs Pre-LN at initialization (Xiong et al. 2020, Lemma 2, Theorem 1)",
     "training_stability": "Post-LN vs Pre-LN training, with and without warmup",
@@ -30,6 +29,8 @@ EXPERIMENTS: dict[str, str] = {
     "residual_depth": "Residual placements vs depth: model update (DeepNet), output change (Admin)",
     "lowp_training": "FP8/MXFP8/NVFP4 training recipes vs bf16 in PyTorch (needs torch)",
 }
+"""The registry, in report order: module name -> the one-line description that
+`normlab report --help` and the lab table show."""
 
 
 class UnknownExperimentError(ValueError):

@@ -56,12 +56,23 @@ NAME = "batch_vs_layer"
 TITLE = "BatchNorm vs LayerNorm: batch composition, decoding, train/eval gap"
 DETECTS = ("BatchNorm in eval mode normalising with the batch's statistics",)
 BATCH_SIZES = (2, 4, 8, 32, 128)
+"""The batch sizes of the train/eval gap (claim 3), smallest first."""
 SAME_TOL = 1e-12  # float64 rounding of a 16-wide row is ~1e-16
+"""Claim 1: the largest relative difference of LayerNorm outputs that counts as the same."""
 CHANGED_MIN = 0.05  # "depends on the batch": relative change of at least 5%
+"""Claim 2: the smallest relative change of BatchNorm outputs that counts as changed."""
 GAP_RATIO_MIN = 4.0  # gap(2) / gap(128); the batch noise alone predicts about sqrt(64) = 8
+"""Claim 3: the smallest ratio gap(2) / gap(128) of the train/eval gaps."""
 ACC_MARGIN = 0.1  # Figure 1(a): BatchNorm ends at least 10 points of accuracy higher ...
+"""Claim 4 (Figure 1(a)): BatchNorm's least lead in final test accuracy (a fraction)."""
 REACH_FRACTION = 1 / 3  # ... and reaches the plain network's final accuracy within 1/3 of the steps
-DRIFT_BN_MAX, DRIFT_PLAIN_MIN = 0.25, 1.0  # Figure 1(b, c): median drift, in spreads
+"""Claim 4: the largest fraction of the steps BatchNorm may take to reach the plain
+network's final accuracy."""
+DRIFT_BN_MAX = 0.25  # Figure 1(b, c): median drift, in spreads
+"""Claim 4 (Figure 1(b, c)): the largest median drift with BatchNorm, in spreads
+(85th minus 15th percentile)."""
+DRIFT_PLAIN_MIN = 1.0
+"""Claim 4 (Figure 1(b, c)): the smallest median drift without BatchNorm, in spreads."""
 _C, _T = 16, 12
 
 

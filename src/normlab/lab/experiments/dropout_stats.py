@@ -47,9 +47,11 @@ DETECTS = ("inverted dropout without the 1/(1-p) rescaling of the kept units",)
 NAME = "dropout_stats"
 TITLE = "Inverted dropout: mean kept, variance x²p/(1-p), identity at eval (Srivastava 2014)"
 PROBABILITIES = (0.1, 0.3, 0.5, 0.8)
+"""The drop probabilities p measured."""
 # |z| bound for every coordinate and every p: P(|Z| > 4.5) = 6.8e-6 per test, so about
 # 2e-3 for the 4 x 64 x 2 tests of a default run (Bonferroni) - a true bug gives |z| >> 10.
 Z_BOUND = 4.5
+"""The largest |z| allowed for a coordinate's sample mean and variance (standard errors)."""
 _M = 64  # coordinates of x
 
 

@@ -56,13 +56,19 @@ DETECTS = (
     "delayed scaling using the current amax instead of the history",
 )
 FORMATS: dict[str, Format] = {"E4M3": FLOAT8_E4M3FN, "E5M2": FLOAT8_E5M2}
+"""The two FP8 formats compared, by the paper's names."""
 # The paper's Table 1, as printed: (max normal, min subnormal). Independent of the Format
 # objects above, which are what the lab measures.
 PAPER_TABLE1: dict[str, tuple[float, float]] = {
     "E4M3": (448.0, 2.0**-9),  # 0x1.cp+8, 0x1p-9
     "E5M2": (57344.0, 2.0**-16),  # 0x1.cp+15, 0x1p-16
 }
+"""The paper's Table 1 as printed, per format: (largest normal, smallest subnormal).
+
+Independent of the `Format` objects in `FORMATS`, which are what the lab measures."""
 LOG2_SCALES = np.arange(-30.0, 20.01, 0.5)  # K, log2 of the tensor's standard deviation
+"""The swept log2 of the tensor's standard deviation, -30 to 20 in steps of 0.5
+(the scale axis of the range figure)."""
 _USABLE = 2.0  # a scale is "usable" while the error is within 2x the format's best
 _HISTORY = 16  # delayed scaling: amax history length
 _DRIFT = 1.0  # binades of growth per step during the drift (the range doubles each step)

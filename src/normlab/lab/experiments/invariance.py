@@ -34,9 +34,13 @@ DETECTS = ("LayerNorm without its mean subtraction (test_exp_invariance)",)
 NAME = "invariance"
 TITLE = "Invariance table (Ba et al. 2016, Table 1), extended with RMSNorm"
 EPS = 1e-300
+"""The normalisers' eps: positive, and below half an ulp of every variance here."""
 INVARIANT_TOL = 1e-12
+"""The largest relative change of the outputs that reads "Invariant" (float64)."""
 CHANGED_TOL = 1e-6
+"""The smallest relative change of the outputs that reads "No" (not invariant)."""
 METHODS = ("BatchNorm", "WeightNorm", "LayerNorm", "RMSNorm")
+"""The table's rows: the normalisation methods."""
 TRANSFORMS = (
     "weight matrix re-scaling",
     "weight matrix re-centering",
@@ -45,6 +49,7 @@ TRANSFORMS = (
     "dataset re-centering",
     "single training case re-scaling",
 )
+"""The table's columns: the re-scalings and re-centerings of weights and data."""
 # True = invariant, in the column order of TRANSFORMS.
 PAPER: dict[str, tuple[bool, ...]] = {
     "BatchNorm": (True, False, True, True, True, False),
@@ -52,14 +57,18 @@ PAPER: dict[str, tuple[bool, ...]] = {
     "LayerNorm": (True, True, False, True, False, True),
     "RMSNorm": (True, False, False, True, False, True),
 }
+"""The published table: per method, True where it is invariant, in the column order
+of `TRANSFORMS`."""
 SOURCES = {
     "BatchNorm": "Ba et al. 2016, Table 1",
     "WeightNorm": "Ba et al. 2016, Table 1",
     "LayerNorm": "Ba et al. 2016, Table 1",
     "RMSNorm": "Zhang & Sennrich 2019, Table 1",
 }
+"""Where each row of `PAPER` is published."""
 
 Layer = Callable[[np.ndarray, np.ndarray], np.ndarray]
+"""A normalised layer: `h(x, W)` from inputs (N, I) and weights (H, I) to (N, H)."""
 
 
 def _layers(g: np.ndarray, b: np.ndarray) -> dict[str, Layer]:

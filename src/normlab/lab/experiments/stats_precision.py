@@ -39,8 +39,14 @@ DETECTS = (
     "variance as E[x^2] - E[x]^2 in float32 in the NumPy reference",
     "variance as E[x^2] - E[x]^2 in float32 in the fused kernel",
 )
-WIDTH, OFFSET, EPS = 4096, 2000.0, 1e-5
+WIDTH = 4096
+"""Features per row (W)."""
+OFFSET = 2000.0
+"""The offset added to every standard normal row of the judged checks."""
+EPS = 1e-5
+"""LayerNorm's eps, in every method compared."""
 OFFSETS = (0.0, 10.0, 100.0, 1000.0, 2000.0, 10000.0)  # the sweep of the figure
+"""The offsets of the figure's sweep."""
 _ULP = float(np.spacing(np.float32(OFFSET)))  # 2^-13: one float32 ulp of the offset
 _OUT_TOL = _ULP  # two-pass: output within one ulp of the offset (in units of sigma = 1)
 _VAR_TOL = 1e-5  # two-pass: relative variance error (about 170 u; measured ~4 u)

@@ -44,6 +44,8 @@ DETECTS = (
     "stochastic rounding replaced by round-to-nearest",
 )
 MODES = ("nearest", "master", "kahan", "stochastic")
+"""How the weights are stored and updated: bf16 rounded to nearest, fp32 master
+weights, bf16 with Kahan summation, bf16 with stochastic rounding."""
 _LABELS = {
     "nearest": "bf16, round to nearest",
     "master": "fp32 master weights",

@@ -48,9 +48,17 @@ DETECTS = ("Pre-LN and Post-LN placements swapped in the residual block",)
 NAME = "xiong_init"
 TITLE = "Post-LN vs Pre-LN at initialization (Xiong et al. 2020, Lemma 2 and Theorem 1)"
 DEPTHS = (6, 12, 24, 48)
-POST_TARGET, POST_TOL = 1.5, 0.1
+"""The depths L of Theorem 1's gradient measurement."""
+POST_TARGET = 1.5
+r"""Lemma 2: Post-LN's expected $\|x^{post,5}_l\|^2 / d$ at every layer, 3/2."""
+POST_TOL = 0.1
+"""Lemma 2: the tolerance around `POST_TARGET` of the measured mean."""
 PRE_SLOPE = (-0.8, -0.35)
+"""Theorem 1: the band of log-log slopes of Pre-LN's last-layer gradient against L
+(ideal -1/2)."""
 POST_SLOPE_TOL = 0.15
+"""Theorem 1: the largest absolute log-log slope of Post-LN's last-layer
+gradient against L (independent of L)."""
 _T, _V = 16, 16  # positions per sequence, readout classes
 
 
