@@ -30,7 +30,7 @@ EXPERIMENTS: dict[str, str] = {
     "lowp_training": "FP8/MXFP8/NVFP4 training recipes vs bf16 in PyTorch (needs torch)",
 }
 """The registry, in report order: module name -> the one-line description that
-`normlab report --help` and the lab table show."""
+`normlab list` prints and the lab tables (README, site) show."""
 
 
 class UnknownExperimentError(ValueError):
