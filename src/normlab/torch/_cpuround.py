@@ -76,10 +76,11 @@ def chunked_formats() -> tuple[Format, ...]:
 
     Returns
     -------
-    tuple of Format
+    formats : tuple of Format
+        bfloat16, float16, float8_e5m2 and float8_e4m3fn.
 
-    Example
-    -------
+    Examples
+    --------
     >>> [f.name for f in chunked_formats()]
     ['bfloat16', 'float16', 'float8_e5m2', 'float8_e4m3fn']
     """
@@ -94,15 +95,18 @@ def use_chunks(x: torch.Tensor, fmt: Format) -> bool:
 
     Parameters
     ----------
-    x : Tensor
+    x : torch.Tensor
+        The tensor to round.
     fmt : Format
+        The format it is rounded to.
 
     Returns
     -------
-    bool; False for formats that are not `chunked_formats`.
+    chunked : bool
+        Whether to chunk; False for formats that are not `chunked_formats`.
 
-    Example
-    -------
+    Examples
+    --------
     >>> from normlab.precision import get_format
     >>> use_chunks(torch.zeros(8), get_format("e4m3"))
     False
@@ -214,24 +218,28 @@ def nearest_chunks(x: torch.Tensor, fmt: Format, saturate: bool) -> torch.Tensor
 
     Parameters
     ----------
-    x : Tensor of float32, bfloat16 or float16 on the CPU, any shape and strides, not
-        requiring grad (the caller detaches)
-    fmt : Format, one of `chunked_formats`
+    x : torch.Tensor
+        Float32, bfloat16 or float16 on the CPU, any shape and strides, not requiring grad
+        (the caller detaches).
+    fmt : Format
+        One of `chunked_formats`.
     saturate : bool
         Overflow and infinities become +-max instead of inf/NaN.
 
     Returns
     -------
-    A new contiguous tensor of x's dtype and shape: bfloat16/float16 inputs are rounded in
-    float32 and cast back to nearest even, as [normlab.torch.quantize][] does.
+    q : torch.Tensor
+        A new contiguous tensor of x's dtype and shape: bfloat16/float16 inputs are
+        rounded in float32 and cast back to nearest even, as [normlab.torch.quantize][]
+        does.
 
     Raises
     ------
     KeyError
         fmt not one of `chunked_formats` (callers check first).
 
-    Example
-    -------
+    Examples
+    --------
     >>> from normlab.precision import get_format
     >>> nearest_chunks(torch.tensor([1.0 + 2**-4, 465.0]), get_format("e4m3"), False)
     tensor([1., nan])

@@ -250,14 +250,19 @@ def round_chunked(
 
     Parameters
     ----------
-    x : Tensor, contiguous, any shape (flattened in C order)
-    kernel : maps (C,) elements and their (C,) int64 words to (C,) results
-    seed, words : exactly one: the SplitMix64 seed, or (N,) int64 words
-    top_only : the kernel reads only the top 31 bits of generated words
+    x : torch.Tensor
+        Contiguous, any shape (flattened in C order).
+    kernel : Kernel
+        Maps (C,) elements and their (C,) int64 words to (C,) results.
+    seed, words : int or torch.Tensor
+        Exactly one: the SplitMix64 seed, or the (N,) int64 words.
+    top_only : bool, optional
+        The kernel reads only the top 31 bits of generated words. Default False.
 
     Returns
     -------
-    Tensor of x's shape: the kernel's results in x's order.
+    out : torch.Tensor
+        The shape of `x`: the kernel's results in x's order.
     """
     flat = x.reshape(-1)  # (N,)
     n = flat.numel()
