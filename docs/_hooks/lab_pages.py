@@ -33,11 +33,6 @@ README = ROOT / "README.md"
 REGENERATE = "normlab report --out docs/lab/report"
 START, END = "<!-- lab-table:start -->", "<!-- lab-table:end -->"
 TIME_START, TIME_END = "<!-- report-time:start -->", "<!-- report-time:end -->"
-# The module section of an experiment's page leaves out, besides private names, the
-# contract constants the page already shows in its own words (normlab.lab.result): `TITLE`
-# is the page's heading, `NAME` is in its "Run it" line, `DETECTS` is its "Breaks it
-# detects" list. Every other public constant (sizes, thresholds) is documented in place.
-MODULE_FILTERS = ["!^_[^_]", "!^__(?!version__$)", "!^(NAME|TITLE|DETECTS)$"]
 
 __all__ = [
     "check_verdict",
@@ -291,7 +286,6 @@ def lab_page(
     lines.append(
         f"::: normlab.lab.experiments.{name}\n"
         "    options:\n      show_root_heading: false\n      heading_level: 3\n"
-        f"      filters: {json.dumps(MODULE_FILTERS)}\n"
     )
     return "\n".join(lines)
 

@@ -111,11 +111,15 @@ __all__ = [
 ]
 
 NAME = "loss_scaling"
+"""The experiment's id in the registry and on the command line (`normlab run NAME`)."""
 TITLE = "fp16 gradients and loss scaling (Micikevicius et al. 2017)"
+"""The experiment's title: the heading of its section in the report and of its page."""
 DETECTS = (
     "dynamic loss scaler that never backs off (every step overflows and is skipped)",
     "loss scale fixed at 1 (no scaling)",
 )
+"""The library breaks this experiment turns into a FAIL, each proven by a
+fault-injection test (the contract of [normlab.lab.result][])."""
 
 SCALE_EXPONENTS = tuple(range(0, 41, 2))  # S = 2^0 ... 2^40
 """The swept loss scales, as exponents e of S = 2^e: 0, 2, ..., 40."""
