@@ -64,6 +64,15 @@ class MLPBlock(torch.nn.Module):
         Input and output width.
     hidden : int
         Hidden width.
+
+    Attributes
+    ----------
+    norm : torch.nn.LayerNorm
+        The LayerNorm over `width` features, applied first.
+    fc1 : torch.nn.Linear
+        `width` to `hidden` features.
+    fc2 : torch.nn.Linear
+        `hidden` back to `width` features.
     """
 
     def __init__(self, width: int, hidden: int) -> None:

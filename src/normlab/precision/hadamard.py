@@ -1,15 +1,19 @@
-"""Random Hadamard transform (RHT) in blocks along an axis, and its inverse.
+r"""Random Hadamard transform (RHT) in blocks along an axis, and its inverse.
 
 Dimension letters: N the transformed axis' length, b the block size, nB = N / b.
 
-Contract: with H_b the Sylvester Hadamard matrix (H_1 = [1], H_2k = [[H_k, H_k], [H_k,
--H_k]]; symmetric, H_b H_b = b I) and D = diag(d) a random sign vector,
-d_j = 1 - 2 * (splitmix64(seed + j) >> 63) for j = 0..b-1 (the top bit of the word of
-:mod:`normlab.precision.random_bits`), every block of b consecutive elements along
-``axis`` is mapped as
+Contract: with $H_b$ the Sylvester Hadamard matrix ($H_1 = [1]$,
+$H_{2k} = [[H_k, H_k], [H_k, -H_k]]$; symmetric, $H_b H_b = b I$) and $D = \mathrm{diag}(d)$
+a random sign vector, `d_j = 1 - 2 * (splitmix64(seed + j) >> 63)` for j = 0..b-1 (the top
+bit of the word of [normlab.precision.random_bits][]), every block of b consecutive
+elements along `axis` is mapped as
 
-    y = x D H_b / sqrt(b)            (the transform, M = D H_b / sqrt(b), M M^T = I)
-    x = (y H_b / sqrt(b)) * d        (the inverse, y M^T)
+$$
+y = x D H_b / \sqrt{b}, \qquad x = (y H_b / \sqrt{b}) \odot d
+$$
+
+(the transform is $y = x M$ with $M = D H_b / \sqrt{b}$, $M M^T = I$; the inverse is
+$y M^T$).
 
 The same sign vector serves every block (NVIDIA, "Pretraining Large Language Models with
 NVFP4", 2025, sec. 4.2: 16 x 16 RHTs on the inputs of the weight-gradient GEMM, one random
@@ -33,10 +37,10 @@ __all__ = ["hadamard_matrix", "inverse_random_hadamard_transform",
 
 
 def hadamard_matrix(b: int) -> np.ndarray:
-    """The b x b Sylvester Hadamard matrix (entries +-1, float64); b a power of two.
+    """The b x b Sylvester Hadamard matrix (entries +-1, float64); `b` a power of two.
 
-    Example
-    -------
+    Examples
+    --------
     >>> hadamard_matrix(2).tolist()
     [[1.0, 1.0], [1.0, -1.0]]
     """
@@ -89,26 +93,34 @@ def _apply(x: Any, block: int, seed: int, axis: int, inverse: bool) -> np.ndarra
 
 def random_hadamard_transform(x: Any, block: int = 16, *, seed: int,
                               axis: int = -1) -> np.ndarray:
-    """``x D H / sqrt(b)`` in blocks of ``block`` along ``axis`` (see the module header).
+    """`x D H / sqrt(b)` in blocks of `block` along `axis` (see the module header).
 
     Parameters
     ----------
-    x : float array; x.shape[axis] a multiple of ``block``
-    block : a power of two (16 in the NVFP4 recipe)
-    seed : int in [0, 2**64): the sign vector d_j from splitmix64(seed + j)
-    axis : the transformed axis
+    x : array_like
+        Float array; `x.shape[axis]` a multiple of `block`.
+    block : int, optional
+        The block size b, a power of two (16 in the NVFP4 recipe). Default 16.
+    seed : int
+        In [0, 2**64): the sign vector `d_j` comes from `splitmix64(seed + j)`.
+    axis : int, optional
+        The transformed axis. Default -1.
 
     Returns
     -------
-    ndarray of x's dtype (float32 for float16/bfloat16 input), x's shape.
+    y : numpy.ndarray
+        The dtype of `x` (float32 for float16/bfloat16 input), the shape of `x`.
 
     Raises
     ------
-    TypeError / ValueError: non-float x, a block that is not a power of two or does not
-    divide the axis, a bad seed or axis.
+    TypeError
+        If `x` is not a float array, or `block`, `seed` or `axis` is not an integer.
+    ValueError
+        If `block` is not a power of two or does not divide the axis, or `seed` or `axis`
+        is out of range.
 
-    Example
-    -------
+    Examples
+    --------
     >>> y = random_hadamard_transform(np.eye(4)[0], block=4, seed=0)
     >>> np.abs(y).tolist()          # one spike spreads evenly over its block
     [0.5, 0.5, 0.5, 0.5]
@@ -120,14 +132,16 @@ def random_hadamard_transform(x: Any, block: int = 16, *, seed: int,
 
 def inverse_random_hadamard_transform(y: Any, block: int = 16, *, seed: int,
                                       axis: int = -1) -> np.ndarray:
-    """The inverse ``(y H / sqrt(b)) * d`` of :func:`random_hadamard_transform` (same seed).
+    """The inverse `(y H / sqrt(b)) * d` of the transform, with the same seed.
 
+    Undoes [random_hadamard_transform][normlab.precision.random_hadamard_transform].
     Exact in exact arithmetic (M is orthogonal); in floating point each output is one dot
     product of b terms, so x comes back to within a few ulps (exactly when every partial
-    sum is representable, e.g. small integers with b = 16).
+    sum is representable, e.g. small integers with b = 16). Parameters and errors are those
+    of the transform, with `y` in place of `x`.
 
-    Example
-    -------
+    Examples
+    --------
     >>> x = np.arange(16.0)
     >>> y = random_hadamard_transform(x, seed=7)
     >>> bool((inverse_random_hadamard_transform(y, seed=7) == x).all())

@@ -2,16 +2,16 @@
 
 Dimension letters: N elements (the flattened C-order input), K elements of one chunk.
 
-Contract: bit-identical to :func:`normlab.precision.quantize` (``rounding="nearest"``) for
+Contract: bit-identical to [normlab.precision.quantize][] (`rounding="nearest"`) for
 float32 inputs, and to its float32 result cast back for bfloat16/float16 inputs, exactly as
-:func:`normlab.torch.quantize` defines them; the result never depends on the chunk size or
+[normlab.torch.quantize][] defines them; the result never depends on the chunk size or
 the number of threads (every element is rounded on its own).
 
 Why chunks: on a large tensor the whole-tensor casts make several full-size temporaries
 (the narrow intermediate, the float32 result, the NaN/overflow check), and every fresh
 allocation costs page faults. Here the output is the only full-size allocation (asking the
 kernel for huge pages where it can, as NumPy does for its arrays); the intermediates are
-scratch buffers of one chunk (``_CHUNK`` elements, 8 MiB of float32) that are reused for
+scratch buffers of one chunk (`_CHUNK` elements, 8 MiB of float32) that are reused for
 every chunk and stay in the caches, and the NaN/overflow check reads each chunk while it
 is still cached. Each torch op on a chunk runs on torch's intra-op threads; the chunk is
 large enough that their start-up cost (one parallel region per op and chunk) stays small
@@ -25,21 +25,21 @@ How each format rounds a float32 chunk:
 - bf16, fp16, E5M2: torch's casts to the format's dtype and back, which round to nearest
   even like the reference for every input but NaN (overflow goes to inf in both).
 - E4M3FN: arithmetic instead of torch's fp8 -> float32 cast, which is slow on CPU. With
-  ``e = clamp(floor(log2|x|), emin, emax + 1)`` (m = 3, emin = -6, emax = 8) and
-  ``c = 1.5 * 2^(e + 23 - m)``, ``x + c`` lies in ``[2^(e + 23 - m), 2^(e + 24 - m))``
-  for every ``|x| < 2^(e + 1)`` of either sign, where float32's spacing is ``2^(e - m)``,
+  `e = clamp(floor(log2|x|), emin, emax + 1)` (m = 3, emin = -6, emax = 8) and
+  `c = 1.5 * 2^(e + 23 - m)`, `x + c` lies in `[2^(e + 23 - m), 2^(e + 24 - m))`
+  for every `|x| < 2^(e + 1)` of either sign, where float32's spacing is `2^(e - m)`,
   the format's quantum at x; the float32 addition rounds there to nearest, ties to even
-  (c is an even multiple of the quantum, so the parities agree), and ``(x + c) - c`` is
+  (c is an even multiple of the quantum, so the parities agree), and `(x + c) - c` is
   exact. The sign is copied back (a negative x that rounds to zero gives -0).
-  ``2^floor(log2|x|)`` is x's bits with the sign and mantissa masked off (0 for zeros and
-  subnormals, which the clamp lifts to ``2^emin``; float32 subnormals lie below half the
+  `2^floor(log2|x|)` is x's bits with the sign and mantissa masked off (0 for zeros and
+  subnormals, which the clamp lifts to `2^emin`; float32 subnormals lie below half the
   quantum, so they round to +-0 even where the CPU flushes them); inputs from 2^10 on (all
   beyond the overflow threshold 464) and NaN take the fix-up below.
 
 Fix-up, per chunk and only when the chunk holds one: NaN becomes the reference's quiet
-NaN with the input's sign (casts and additions keep payloads), and without ``saturate``
+NaN with the input's sign (casts and additions keep payloads), and without `saturate`
 E4M3FN values beyond 464 (the midpoint between 448 and the NaN code) become NaN. With
-``saturate`` the input is clamped to +-max first (NaN stays NaN).
+`saturate` the input is clamped to +-max first (NaN stays NaN).
 """
 
 from __future__ import annotations
@@ -72,14 +72,15 @@ _probe: list[torch.Tensor] = []
 
 
 def chunked_formats() -> tuple[Format, ...]:
-    """The formats :func:`nearest_chunks` handles.
+    """The formats `nearest_chunks` handles.
 
     Returns
     -------
-    tuple of Format
+    formats : tuple of Format
+        bfloat16, float16, float8_e5m2 and float8_e4m3fn.
 
-    Example
-    -------
+    Examples
+    --------
     >>> [f.name for f in chunked_formats()]
     ['bfloat16', 'float16', 'float8_e5m2', 'float8_e4m3fn']
     """
@@ -87,22 +88,25 @@ def chunked_formats() -> tuple[Format, ...]:
 
 
 def use_chunks(x: torch.Tensor, fmt: Format) -> bool:
-    """Whether :func:`nearest_chunks` is the faster route for ``x`` and ``fmt``: an eager
-    CPU tensor, not tracking gradients, of at least ``_MIN_E4M3`` (E4M3FN) or
-    ``_MIN_CASTS`` (the others) elements. CUDA and ``torch.compile`` keep whole-tensor ops
+    """Whether `nearest_chunks` is the faster route for `x` and `fmt`: an eager
+    CPU tensor, not tracking gradients, of at least `_MIN_E4M3` (E4M3FN) or
+    `_MIN_CASTS` (the others) elements. CUDA and `torch.compile` keep whole-tensor ops
     (no Python loop there).
 
     Parameters
     ----------
-    x : Tensor
+    x : torch.Tensor
+        The tensor to round.
     fmt : Format
+        The format it is rounded to.
 
     Returns
     -------
-    bool; False for formats that are not :func:`chunked_formats`.
+    chunked : bool
+        Whether to chunk; False for formats that are not `chunked_formats`.
 
-    Example
-    -------
+    Examples
+    --------
     >>> from normlab.precision import get_format
     >>> use_chunks(torch.zeros(8), get_format("e4m3"))
     False
@@ -117,8 +121,8 @@ def use_chunks(x: torch.Tensor, fmt: Format) -> bool:
 
 def _threads_waiting() -> bool:
     """Whether torch's intra-op threads are slow to start: one tiny parallel op (a fill of
-    ``_PROBE_ELEMENTS``) takes longer than ``_PROBE_S``, as when other processes keep the
-    cores busy. Then :func:`nearest_chunks` takes the whole tensor as one chunk (a handful
+    `_PROBE_ELEMENTS`) takes longer than `_PROBE_S`, as when other processes keep the
+    cores busy. Then `nearest_chunks` takes the whole tensor as one chunk (a handful
     of parallel regions instead of one per op and chunk). Only the speed depends on it."""
     if torch.get_num_threads() < 2:
         return False
@@ -130,7 +134,7 @@ def _threads_waiting() -> bool:
 
 
 def _libc_madvise() -> Callable[[int, int, int], int] | None:
-    """libc's ``madvise`` on Linux (looked up once), else None."""
+    """libc's `madvise` on Linux (looked up once), else None."""
     if not _madvise:
         fn = None
         if sys.platform.startswith("linux"):
@@ -181,7 +185,7 @@ def _round_cast(src: torch.Tensor, dst: torch.Tensor, narrow: torch.Tensor) -> N
 
 
 def _round_e4m3(src: torch.Tensor, dst: torch.Tensor, c: torch.Tensor, fmt: Format) -> None:
-    """dst = E4M3FN rounding of src by ``(x + c) - c`` (module docstring); ``c`` is scratch.
+    """dst = E4M3FN rounding of src by `(x + c) - c` (module docstring); `c` is scratch.
     Exact for |src| < 2^(emax + 2) = 2^10; larger and NaN inputs are fixed up by the caller."""
     bits = c.view(torch.int32)
     torch.bitwise_and(src.view(torch.int32), _EXP_MASK, out=bits)  # 2^floor(log2|x|)
@@ -210,28 +214,32 @@ def _limit(fmt: Format, saturate: bool) -> float:
 
 
 def nearest_chunks(x: torch.Tensor, fmt: Format, saturate: bool) -> torch.Tensor:
-    """Round CPU tensor ``x`` to nearest-even ``fmt`` (one of :func:`chunked_formats`).
+    """Round CPU tensor `x` to nearest-even `fmt` (one of `chunked_formats`).
 
     Parameters
     ----------
-    x : Tensor of float32, bfloat16 or float16 on the CPU, any shape and strides, not
-        requiring grad (the caller detaches)
-    fmt : Format, one of :func:`chunked_formats`
+    x : torch.Tensor
+        Float32, bfloat16 or float16 on the CPU, any shape and strides, not requiring grad
+        (the caller detaches).
+    fmt : Format
+        One of `chunked_formats`.
     saturate : bool
         Overflow and infinities become +-max instead of inf/NaN.
 
     Returns
     -------
-    A new contiguous tensor of x's dtype and shape: bfloat16/float16 inputs are rounded in
-    float32 and cast back to nearest even, as :func:`normlab.torch.quantize` does.
+    q : torch.Tensor
+        A new contiguous tensor of x's dtype and shape: bfloat16/float16 inputs are
+        rounded in float32 and cast back to nearest even, as [normlab.torch.quantize][]
+        does.
 
     Raises
     ------
     KeyError
-        fmt not one of :func:`chunked_formats` (callers check first).
+        fmt not one of `chunked_formats` (callers check first).
 
-    Example
-    -------
+    Examples
+    --------
     >>> from normlab.precision import get_format
     >>> nearest_chunks(torch.tensor([1.0 + 2**-4, 465.0]), get_format("e4m3"), False)
     tensor([1., nan])

@@ -1,6 +1,6 @@
 """Fast exact rounding of float32 tensors: native casts and E2M1 by float32 arithmetic.
 
-Bit-identical to :func:`normlab.torch.quantize` (tested on every bf16-prefix bit pattern
+Bit-identical to [normlab.torch.quantize][] (tested on every bf16-prefix bit pattern
 and every midpoint of each format); shared by the GEMM operands and the NVFP4 recipe.
 """
 
@@ -24,10 +24,10 @@ _FP4 = (127 << 23, 129 << 23, 1.5 * 2.0**22, 6.0)
 def _fp4_nearest(t: torch.Tensor) -> torch.Tensor:
     """Round to nearest-even E2M1, saturating at 6 (inf too); NaN stays NaN.
 
-    After clamping to +-6, ``(x + c) - c`` with ``c = 1.5 * 2^(e + 22)`` and ``e =
-    clamp(floor(log2|x|), 0, 2)`` rounds at the format's quantum ``2^(e - 1)`` (0.5 for the
+    After clamping to +-6, `(x + c) - c` with `c = 1.5 * 2^(e + 22)` and
+    `e = clamp(floor(log2|x|), 0, 2)` rounds at the format's quantum `2^(e - 1)` (0.5 for the
     subnormal 0.5 and below), ties to even, as the E4M3FN chunks do (the argument is in
-    :mod:`normlab.torch._cpuround`); the sign is copied back, so -0.1 gives -0.
+    `normlab.torch._cpuround`); the sign is copied back, so -0.1 gives -0.
     """
     lo, hi, scale, top = _FP4
     a = t.clamp(-top, top)
@@ -38,7 +38,7 @@ def _fp4_nearest(t: torch.Tensor) -> torch.Tensor:
 
 
 def _canonical_nan(t: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """A NaN input gives the quiet NaN 0x7FC00000 with its sign, as ``quantize`` does
+    """A NaN input gives the quiet NaN 0x7FC00000 with its sign, as `quantize` does
     (casts keep payloads)."""
     nan = torch.tensor(torch.nan, dtype=out.dtype, device=out.device)
     return torch.where(torch.isnan(t), torch.copysign(nan, t), out)
@@ -46,15 +46,15 @@ def _canonical_nan(t: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
 
 def round_elements(t: torch.Tensor, fmt: Format, *, saturate: bool = True,
                    seed: int | None = None) -> torch.Tensor:
-    """Round float32 ``t`` to ``fmt`` (nearest even, or stochastic with the stream of ``seed``).
+    """Round float32 `t` to `fmt` (nearest even, or stochastic with the stream of `seed`).
 
-    Bit-identical to :func:`normlab.torch.quantize`; round-to-nearest into bf16, fp16 and
+    Bit-identical to [normlab.torch.quantize][]; round-to-nearest into bf16, fp16 and
     the two OCP fp8 formats uses PyTorch's native casts (correctly rounded, ties to even;
     saturation by clamping first; large CPU tensors chunk by chunk, see
-    :func:`~normlab.torch._cpuround.nearest_chunks`), E2M1 float32 arithmetic, every other
-    case ``quantize``.
+    `nearest_chunks`), E2M1 float32 arithmetic, every other
+    case `quantize`.
     Those shortcuts are about 15x faster on small tensors and are tested against
-    ``quantize`` on every bf16-prefix bit pattern and every midpoint of each format.
+    `quantize` on every bf16-prefix bit pattern and every midpoint of each format.
     """
     if seed is None and t.dtype == torch.float32:
         if use_chunks(t, fmt):

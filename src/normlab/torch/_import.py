@@ -1,6 +1,6 @@
-"""Import PyTorch for ``normlab.torch`` or fail with the install line.
+"""Import PyTorch for `normlab.torch` or fail with the install line.
 
-Contract: every module of ``normlab.torch`` gets torch from here, so a missing install
+Contract: every module of `normlab.torch` gets torch from here, so a missing install
 raises one ImportError that says how to fix it. The core package never imports this.
 """
 

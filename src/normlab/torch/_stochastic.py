@@ -2,12 +2,12 @@
 
 Dimension letters: N elements (the flattened C-order input), C elements of one chunk.
 
-Contract: the same bits as the reference rule of :mod:`normlab.precision.rounding` for the
-stochastic mode, with element i using the 64-bit word ``w_i`` (``splitmix64((seed + i) mod
-2^64)`` or given): write |x| = (keep + f) * 2^qe with qe = max(floor(log2|x|), emin) - m,
+Contract: the same bits as the reference rule of `normlab.precision.rounding` for the
+stochastic mode, with element i using the 64-bit word `w_i` (`splitmix64((seed + i) mod 2^64)`
+or given): write |x| = (keep + f) * 2^qe with qe = max(floor(log2|x|), emin) - m,
 keep an integer and 0 <= f < 1; the magnitude goes up one quantum iff
-``r64 + w >= 2^64`` with ``r64 = floor(f * 2^64)`` (the reference's rem << (64 - d) for
-d <= 64 and rem >> (d - 64) beyond are both this floor). That is ``r64 > ~w`` as uint64.
+`r64 + w >= 2^64` with `r64 = floor(f * 2^64)` (the reference's rem << (64 - d) for
+d <= 64 and rem >> (d - 64) beyond are both this floor). That is `r64 > ~w` as uint64.
 64-bit words live in int64 tensors with the same bits; adds and multiplies wrap mod 2^64,
 logical shifts are arithmetic shifts masked, unsigned order is signed order with the sign
 bits flipped.
@@ -15,9 +15,9 @@ bits flipped.
 Two exact shortcuts for float32 input, both checked bit for bit against the reference:
 
 * Same exponent range (bf16, any E8My with bias 127 and IEEE specials): every quantum is
-  2^d units of the float32 bits, d = 23 - m, subnormals included, so ``up`` is
-  ``rem + (w >> (64 - d)) >= 2^d`` (only the top d <= 31 bits of w matter) and
-  ``(bits + (w >> (64 - d))) & ~(2^d - 1)`` is the rounded magnitude; a carry moves into
+  2^d units of the float32 bits, d = 23 - m, subnormals included, so `up` is
+  `rem + (w >> (64 - d)) >= 2^d` (only the top d <= 31 bits of w matter) and
+  `(bits + (w >> (64 - d))) & ~(2^d - 1)` is the rounded magnitude; a carry moves into
   the exponent field, from max it lands on the infinity bits.
 * Scaled (fp16, the fp8 formats, fp6, fp4: quanta are normal float32 powers of two):
   y = |x| / 2^qe is exact, keep = floor(y), f = y - keep (exact), and r64 is read without
@@ -25,9 +25,9 @@ Two exact shortcuts for float32 input, both checked bit for bit against the refe
   f - 1/2 is exact (same binade) and r64 = 2^63 + floor((f - 1/2) 2^64).
 
 Everything else (float64 input, flush-to-zero, unsigned and zeroless formats) takes the
-general bit path of :mod:`normlab.torch.quantize`. On the CPU large tensors are rounded
-``CHUNK`` elements at a time, so every temporary stays in cache (the words of a chunk
-starting at i0 are ``splitmix64(seed + i0 + j)``: chunking changes no bit); compiled
+general bit path of [normlab.torch.quantize][]. On the CPU large tensors are rounded
+`CHUNK` elements at a time, so every temporary stays in cache (the words of a chunk
+starting at i0 are `splitmix64(seed + i0 + j)`: chunking changes no bit); compiled
 graphs and other devices round in one piece.
 """
 
@@ -57,14 +57,14 @@ Kernel = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 def _i64(v: int) -> int:
-    """The int64 whose bits are the uint64 ``v mod 2^64`` (no branch on v)."""
+    """The int64 whose bits are the uint64 `v mod 2^64` (no branch on v)."""
     return (int(v) + 2**63) % 2**64 - 2**63
 
 
 def _mix(z: torch.Tensor, *, top_only: bool = False) -> torch.Tensor:
-    """SplitMix64's finaliser of z = state + golden gamma, in place on ``z`` (int64 bits).
+    """SplitMix64's finaliser of z = state + golden gamma, in place on `z` (int64 bits).
 
-    ``top_only`` skips the last xor-shift ``z ^ (z >> 31)``, which leaves the top 31 bits
+    `top_only` skips the last xor-shift `z ^ (z >> 31)`, which leaves the top 31 bits
     unchanged: enough for callers that read only those.
     """
     z ^= (z >> 30) & ((1 << 34) - 1)  # logical z >> 30
@@ -79,19 +79,21 @@ def _mix(z: torch.Tensor, *, top_only: bool = False) -> torch.Tensor:
 def splitmix64(counter: torch.Tensor) -> torch.Tensor:
     """SplitMix64 of each uint64 state held (as its bits) in an int64 tensor.
 
-    The same formula as :func:`normlab.precision.splitmix64`, in wrapping int64 arithmetic
+    The same formula as [normlab.precision.splitmix64][], in wrapping int64 arithmetic
     (adds and multiplies mod 2^64 give the same bits signed or unsigned).
 
     Parameters
     ----------
-    counter : Tensor of int64, any shape and device
+    counter : torch.Tensor
+        Int64, any shape and device: the bits of the uint64 states.
 
     Returns
     -------
-    Tensor of int64, same shape and device, the bits of the uint64 outputs.
+    words : torch.Tensor
+        Int64, the shape and device of `counter`: the bits of the uint64 outputs.
 
-    Example
-    -------
+    Examples
+    --------
     >>> hex(int(splitmix64(torch.zeros(1, dtype=torch.int64))[0]) % 2**64)
     '0xe220a8397b1dcdaf'
     """
@@ -101,11 +103,11 @@ def splitmix64(counter: torch.Tensor) -> torch.Tensor:
 def splitmix64_int(state: int) -> int:
     """SplitMix64 of one uint64 state, on Python ints (the value the array functions give).
 
-    Plain integer arithmetic, so ``torch.compile`` folds it into a constant where the
+    Plain integer arithmetic, so `torch.compile` folds it into a constant where the
     state is one (NumPy uint64 scalars are not traceable).
 
-    Example
-    -------
+    Examples
+    --------
     >>> hex(splitmix64_int(0))
     '0xe220a8397b1dcdaf'
     """
@@ -117,7 +119,7 @@ def splitmix64_int(state: int) -> int:
 
 
 def _words(seed: int, start: int, n: int, device: Any, *, top_only: bool = False) -> torch.Tensor:
-    """``splitmix64(seed + start + j)`` for j < n: (n,) int64 (see :func:`_mix`)."""
+    """`splitmix64(seed + start + j)` for j < n: (n,) int64 (see `_mix`)."""
     z = torch.arange(n, dtype=torch.int64, device=device)  # (C,)
     # seed enters as two 32-bit halves and every Python-side constant fits int64: under
     # torch.compile the seed may be a symbolic int, and the generated code is int64
@@ -130,9 +132,9 @@ def _words(seed: int, start: int, n: int, device: Any, *, top_only: bool = False
 def stochastic_words(
     seed: int, shape: tuple[int, ...] | torch.Size, device: Any = None
 ) -> torch.Tensor:
-    """The words ``splitmix64(seed + i)`` of an array of ``shape``, as int64 bits.
+    """The words `splitmix64(seed + i)` of an array of `shape`, as int64 bits.
 
-    Bit-identical to :func:`normlab.precision.stochastic_words` viewed as int64.
+    Bit-identical to [normlab.precision.stochastic_words][] viewed as int64.
 
     Parameters
     ----------
@@ -141,13 +143,15 @@ def stochastic_words(
     shape : tuple of int
         i runs over the flattened C order of this shape.
     device : torch.device or str, optional
+        Where the words are made; None (the default) is torch's default device.
 
     Returns
     -------
-    Tensor of int64 with ``shape`` on ``device``.
+    words : torch.Tensor
+        Int64 with `shape` on `device`.
 
-    Example
-    -------
+    Examples
+    --------
     >>> stochastic_words(7, (2, 3)).shape
     torch.Size([2, 3])
     """
@@ -158,7 +162,7 @@ def stochastic_words(
 
 
 def _nan_flags(a: torch.Tensor) -> torch.Tensor:
-    """1 where the float32 magnitude bits ``a`` (int32, >= 0) are a NaN, else 0 (int32).
+    """1 where the float32 magnitude bits `a` (int32, >= 0) are a NaN, else 0 (int32).
 
     Integer clamps instead of a comparison and a select: both are many times slower than
     an arithmetic pass on the CPU.
@@ -222,7 +226,7 @@ def _scaled(fmt: Format, saturate: bool) -> Kernel:
 
 
 def fast_kernel(fmt: Format, saturate: bool) -> tuple[Kernel, bool] | None:
-    """(kernel, reads only the top 31 bits of the words) for ``fmt``, or None.
+    """(kernel, reads only the top 31 bits of the words) for `fmt`, or None.
 
     None means the general bit path: formats without subnormals, without a zero or
     without a sign, and quanta outside float32's normal range other than bf16's.
@@ -242,18 +246,23 @@ def round_chunked(
     x: torch.Tensor, kernel: Kernel, seed: int | None, words: torch.Tensor | None,
     *, top_only: bool = False,
 ) -> torch.Tensor:
-    """Apply ``kernel(x_chunk, w_chunk)`` over contiguous ``x`` with its words.
+    """Apply `kernel(x_chunk, w_chunk)` over contiguous `x` with its words.
 
     Parameters
     ----------
-    x : Tensor, contiguous, any shape (flattened in C order)
-    kernel : maps (C,) elements and their (C,) int64 words to (C,) results
-    seed, words : exactly one: the SplitMix64 seed, or (N,) int64 words
-    top_only : the kernel reads only the top 31 bits of generated words
+    x : torch.Tensor
+        Contiguous, any shape (flattened in C order).
+    kernel : Kernel
+        Maps (C,) elements and their (C,) int64 words to (C,) results.
+    seed, words : int or torch.Tensor
+        Exactly one: the SplitMix64 seed, or the (N,) int64 words.
+    top_only : bool, optional
+        The kernel reads only the top 31 bits of generated words. Default False.
 
     Returns
     -------
-    Tensor of x's shape: the kernel's results in x's order.
+    out : torch.Tensor
+        The shape of `x`: the kernel's results in x's order.
     """
     flat = x.reshape(-1)  # (N,)
     n = flat.numel()

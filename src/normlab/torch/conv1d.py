@@ -45,6 +45,8 @@ class QuantConv1D(QuantLinear):
 
     Attributes
     ----------
+    weight : torch.nn.Parameter
+        Shape (K, N), `Conv1D`'s layout: the transpose of a `QuantLinear`'s (N, K) weight.
     nf : int
         `Conv1D`'s name for the number of output features (`out_features`).
     nx : int

@@ -1,10 +1,11 @@
-"""Amax reduction over ``torch.distributed``: every rank derives its scales from the same amax.
+"""Amax reduction over `torch.distributed`: every rank derives its scales from the same amax.
 
-Contract: :func:`reduce_amax` all-reduces a float32 tensor of amaxes in place with MAX over
-a process group and returns it. ``group=None`` means the default group: the world group
-when ``torch.distributed`` is initialised (Transformer Engine's ``amax_reduction_group``
-default), else no reduction (one process). With a reduction, a data-parallel run quantises
-each rank's shard with the scale a one-process run would compute on the whole batch.
+Contract: [reduce_amax][normlab.torch.distributed.reduce_amax] all-reduces a float32 tensor
+of amaxes in place with MAX over a process group and returns it. `group=None` means the
+default group: the world group when `torch.distributed` is initialised (Transformer Engine's
+`amax_reduction_group` default), else no reduction (one process). With a reduction, a
+data-parallel run quantises each rank's shard with the scale a one-process run would compute
+on the whole batch.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ __all__ = ["default_group", "reduce_amax"]
 
 
 def default_group() -> Any | None:
-    """The world group when ``torch.distributed`` is available and initialised, else None."""
+    """The world group when `torch.distributed` is available and initialised, else None."""
     dist = torch.distributed
     if dist.is_available() and dist.is_initialized():
         return dist.group.WORLD
@@ -25,20 +26,29 @@ def default_group() -> Any | None:
 
 
 def reduce_amax(amax: torch.Tensor, group: Any | None = None) -> torch.Tensor:
-    """All-reduce ``amax`` in place with MAX over ``group`` (default: :func:`default_group`).
+    """All-reduce `amax` in place with MAX over `group`.
 
     Parameters
     ----------
-    amax : float tensor (any shape) of per-tensor amaxes, on the group's device.
-    group : a ``torch.distributed`` process group, or None for the default.
+    amax : torch.Tensor
+        Float tensor (any shape) of per-tensor amaxes, on the group's device.
+    group : torch.distributed.ProcessGroup or None, optional
+        A `torch.distributed` process group; None (the default) takes
+        [default_group][normlab.torch.distributed.default_group].
 
     Returns
     -------
-    The same tensor, now holding the elementwise maximum over the group's ranks (unchanged
-    in a single process).
+    amax : torch.Tensor
+        The same tensor, now holding the elementwise maximum over the group's ranks
+        (unchanged in a single process).
 
-    Example
-    -------
+    Raises
+    ------
+    TypeError
+        If `amax` is not a floating-point tensor.
+
+    Examples
+    --------
     >>> reduce_amax(torch.tensor([1.5, 2.0])).tolist()  # no process group: unchanged
     [1.5, 2.0]
     """

@@ -1,9 +1,9 @@
-"""Formats of torch dtypes: :func:`get_format` accepts ``torch.bfloat16``, ``torch.float8_*``.
+"""Formats of torch dtypes: `get_format` accepts `torch.bfloat16`, `torch.float8_*`.
 
-Contract: a torch dtype maps to the :class:`~normlab.precision.Format` of the same name
-(``torch.float8_e4m3fn`` -> ``FLOAT8_E4M3FN``); ``torch.float4_e2m1fn_x2`` (two packed
-E2M1 values a byte) maps to the element format ``FLOAT4_E2M1FN``. Everything else is
-:func:`normlab.precision.get_format`, which recognises torch dtypes by name without
+Contract: a torch dtype maps to the [Format][normlab.precision.Format] of the same name
+(`torch.float8_e4m3fn` -> `FLOAT8_E4M3FN`); `torch.float4_e2m1fn_x2` (two packed
+E2M1 values a byte) maps to the element format `FLOAT4_E2M1FN`. Everything else is
+[normlab.precision.get_format][], which recognises torch dtypes by name without
 importing torch. Formats are data shared with the NumPy side, never copied.
 """
 
@@ -19,7 +19,7 @@ __all__ = ["get_format"]
 
 
 def get_format(fmt: Any) -> Format:
-    """Return the :class:`~normlab.precision.Format` for a torch dtype, name or ``Format``.
+    """Return the [Format][normlab.precision.Format] for a torch dtype, name or `Format`.
 
     Parameters
     ----------
@@ -30,7 +30,8 @@ def get_format(fmt: Any) -> Format:
 
     Returns
     -------
-    Format
+    fmt : Format
+        The format of that dtype or name.
 
     Raises
     ------
@@ -40,8 +41,8 @@ def get_format(fmt: Any) -> Format:
     TypeError
         Neither a dtype, a name nor a Format.
 
-    Example
-    -------
+    Examples
+    --------
     >>> get_format(torch.float8_e4m3fn).max
     448.0
     """

@@ -2,10 +2,10 @@
 
 Dimension letters: N the transformed axis' length, b the block size, nB = N / b.
 
-Contract: :func:`normlab.precision.random_hadamard_transform` on tensors: every block of b
-elements along ``axis`` maps to ``y = x D H_b / sqrt(b)`` (inverse ``(y H_b / sqrt(b)) *
-d``) with the Sylvester H_b and the sign vector ``d_j = 1 - 2 * (splitmix64(seed + j) >>
-63)``, identical to the NumPy side's. Each output is a b-term dot product computed by a
+Contract: [normlab.precision.random_hadamard_transform][] on tensors: every block of b
+elements along `axis` maps to `y = x D H_b / sqrt(b)` (inverse `(y H_b / sqrt(b)) * d`)
+with the Sylvester H_b and the sign vector `d_j = 1 - 2 * (splitmix64(seed + j) >> 63)`,
+identical to the NumPy side's. Each output is a b-term dot product computed by a
 torch matmul; the NumPy side uses NumPy's matmul, whose summation order may differ, so
 results agree to within the rounding of a b-term sum (and exactly when every partial sum
 is representable, e.g. small integers). NVIDIA, "Pretraining Large Language Models with
@@ -41,25 +41,34 @@ def _apply(t: torch.Tensor, block: int, seed: int, axis: int, inverse: bool) -> 
 
 def random_hadamard_transform(t: torch.Tensor, block: int = 16, *, seed: int,
                               axis: int = -1) -> torch.Tensor:
-    """``x D H / sqrt(b)`` in blocks of ``block`` along ``axis`` (see the module header).
+    """`x D H / sqrt(b)` in blocks of `block` along `axis` (see the module header).
 
     Parameters
     ----------
-    t : Tensor; t.shape[axis] a multiple of ``block``
-    block : a power of two (16 in the NVFP4 recipe)
-    seed : int in [0, 2**64)
-    axis : the transformed axis
+    t : torch.Tensor
+        Float tensor; `t.shape[axis]` a multiple of `block`.
+    block : int, optional
+        The block size b, a power of two (16 in the NVFP4 recipe). Default 16.
+    seed : int
+        In [0, 2**64): the sign vector `d_j` comes from `splitmix64(seed + j)`.
+    axis : int, optional
+        The transformed axis. Default -1.
 
     Returns
     -------
-    Tensor of t's dtype (float32 for float16/bfloat16 input) and shape, on t's device.
+    y : torch.Tensor
+        The dtype of `t` (float32 for float16/bfloat16 input), its shape, on its device.
 
     Raises
     ------
-    TypeError / ValueError: as the NumPy twin.
+    TypeError
+        As the NumPy twin,
+        [normlab.precision.random_hadamard_transform][].
+    ValueError
+        As the NumPy twin.
 
-    Example
-    -------
+    Examples
+    --------
     >>> y = random_hadamard_transform(torch.eye(4)[0], block=4, seed=0)
     >>> y.abs().tolist()
     [0.5, 0.5, 0.5, 0.5]
@@ -69,10 +78,13 @@ def random_hadamard_transform(t: torch.Tensor, block: int = 16, *, seed: int,
 
 def inverse_random_hadamard_transform(t: torch.Tensor, block: int = 16, *, seed: int,
                                       axis: int = -1) -> torch.Tensor:
-    """The inverse ``(y H / sqrt(b)) * d`` of :func:`random_hadamard_transform` (same seed).
+    """The inverse `(y H / sqrt(b)) * d` of the transform, with the same seed.
 
-    Example
-    -------
+    Undoes [random_hadamard_transform][normlab.torch.random_hadamard_transform]; parameters
+    and errors are those of the transform.
+
+    Examples
+    --------
     >>> x = torch.arange(16.0)
     >>> y = random_hadamard_transform(x, seed=7)
     >>> bool((inverse_random_hadamard_transform(y, seed=7) == x).all())

@@ -53,27 +53,41 @@ def nvfp4_quantize(
     seed: int | None = None,
     random_bits: torch.Tensor | None = None,
 ) -> NVFP4Tensor:
-    """Quantise ``t`` to NVFP4 (two-level scaling; formulas in the module header).
+    """Quantise `t` to NVFP4 (two-level scaling; formulas in the module header).
 
     Parameters
     ----------
-    t : Tensor, at least 1-D (2-D for ``block_shape=(16, 16)``)
-    axis : the blocked axis of 1-D blocks (-1 with 2-D blocks)
-    block_shape : None (1 x 16 along ``axis``) or a 2-tuple such as (16, 16)
-    rounding : "nearest" or "stochastic" (elements; scales are always nearest)
-    tensor_amax : float >= 0 or 0-d tensor, optional (e.g. all-reduced over ranks)
-    seed, random_bits : randomness for "stochastic" (exactly one; see ``quantize``)
+    t : torch.Tensor
+        Float tensor, at least 1-D (2-D for `block_shape=(16, 16)`).
+    axis : int, optional
+        The blocked axis of 1-D blocks (-1, the default, with 2-D blocks).
+    block_shape : tuple of two ints or None, optional
+        None (the default: 1 x 16 along `axis`) or a 2-tuple such as (16, 16).
+    rounding : {"nearest", "stochastic"}, optional
+        How the elements are rounded (the scales always round to nearest). Default
+        "nearest".
+    tensor_amax : float or torch.Tensor, optional
+        A float >= 0 or a 0-d tensor (e.g. all-reduced over ranks); None (the default)
+        takes `max |t|`.
+    seed, random_bits : int or torch.Tensor, optional
+        Randomness for "stochastic", exactly one of them (see
+        [quantize][normlab.torch.quantize]).
 
     Returns
     -------
-    NVFP4Tensor on t's device, equal to the NumPy twin bit for bit.
+    q : NVFP4Tensor
+        On the device of `t`, equal to the NumPy twin
+        [normlab.precision.nvfp4_quantize][] bit for bit.
 
     Raises
     ------
-    TypeError / ValueError: as the NumPy twin.
+    TypeError
+        As the NumPy twin.
+    ValueError
+        As the NumPy twin.
 
-    Example
-    -------
+    Examples
+    --------
     >>> q = nvfp4_quantize(torch.arange(16.0) / 2)
     >>> q.block_scales.tolist(), q.elements[:4].tolist()
     ([448.0], [0.0, 0.5, 1.0, 1.0])
@@ -95,17 +109,19 @@ def nvfp4_fake_quantize(
     seed: int | None = None,
     random_bits: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """``nvfp4_quantize(t, ...).dequantize()``, bit for bit, without building the container.
+    """`nvfp4_quantize(t, ...).dequantize()`, bit for bit, without building the container.
 
-    Formula: ``e2m1(x * e_b) * s_b * S_dec`` elementwise, in float32 (the product order of
-    :meth:`NVFP4Tensor.dequantize`). Parameters, errors: as :func:`nvfp4_quantize`.
+    Formula: `e2m1(x * e_b) * s_b * S_dec` elementwise, in float32 (the product order of
+    [NVFP4Tensor.dequantize][normlab.torch.NVFP4Tensor.dequantize]). Parameters and
+    errors are those of [nvfp4_quantize][normlab.torch.nvfp4_quantize].
 
     Returns
     -------
-    Tensor of float32, t's shape and device.
+    out : torch.Tensor
+        Float32, the shape and device of `t`.
 
-    Example
-    -------
+    Examples
+    --------
     >>> x = torch.linspace(-3.0, 3.0, 32)
     >>> torch.equal(nvfp4_fake_quantize(x), nvfp4_quantize(x).dequantize())
     True

@@ -38,6 +38,7 @@ from normlab.torch.quantize import quantize
 __all__ = ["PARAM_ROUNDINGS", "AdamW"]
 
 PARAM_ROUNDINGS = ("nearest", "stochastic", "kahan")
+"""The accepted values of [AdamW][normlab.torch.optim.AdamW]'s `param_rounding`."""
 _DTYPE_FORMATS = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 
 
@@ -53,21 +54,39 @@ class AdamW(torch.optim.Optimizer):
 
     Parameters
     ----------
-    params : iterable of tensors or parameter groups (float32, bfloat16 or float16).
-    lr, betas, eps, weight_decay : as ``torch.optim.AdamW``.
-    param_rounding : ``"nearest"`` | ``"stochastic"`` | ``"kahan"``.
-    fmt : the format the parameters hold (a normlab Format or name); None takes it from
-        each parameter's dtype (bf16, fp16, fp32). A narrower format (e.g. ``"e4m3"``) in
-        float32 parameters is allowed.
-    rng : numpy Generator for ``"stochastic"`` (one draw per parameter per step); ``seed``
-        builds one when rng is None.
+    params : iterable
+        Tensors or parameter groups (float32, bfloat16 or float16).
+    lr, betas, eps, weight_decay
+        As `torch.optim.AdamW` (each must be >= 0; betas a pair in [0, 1)).
+    param_rounding : {"nearest", "stochastic", "kahan"}, optional
+        How the update is rounded into the parameters. Default "nearest".
+    fmt : Format or str, optional
+        The format the parameters hold (a normlab Format or name); None (the default)
+        takes it from each parameter's dtype (bf16, fp16, fp32). A narrower format (e.g.
+        `"e4m3"`) in float32 parameters is allowed.
+    rng : numpy.random.Generator, optional
+        The generator of `"stochastic"` (one draw per parameter per step).
+    seed : int, optional
+        Builds the generator of `"stochastic"` when `rng` is None.
+
+    Attributes
+    ----------
+    param_rounding : str
+        The rounding mode, one of [PARAM_ROUNDINGS][normlab.torch.optim.PARAM_ROUNDINGS].
+    rng : numpy.random.Generator or None
+        The stochastic mode's generator (None in the other modes).
 
     Raises
     ------
-    TypeError / ValueError : bad hyperparameters, mode, format or a missing generator.
+    TypeError
+        Bad hyperparameter types, a format that is neither a Format nor a name, a
+        generator that is not a `numpy.random.Generator`, or a parameter that is not
+        float32, bfloat16 or float16.
+    ValueError
+        Out-of-range hyperparameters, an unknown rounding mode or format.
 
-    Example
-    -------
+    Examples
+    --------
     >>> w = torch.nn.Parameter(torch.ones(1, dtype=torch.bfloat16))
     >>> opt = AdamW([w], lr=2.0**-10, weight_decay=0.0, param_rounding="kahan")
     >>> for _ in range(8):
@@ -177,7 +196,7 @@ class AdamW(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure: Any = None) -> Any:
-        """One update of every parameter that has a gradient; returns ``closure()`` if given."""
+        """One update of every parameter that has a gradient; returns `closure()` if given."""
         loss = None
         if closure is not None:
             with torch.enable_grad():

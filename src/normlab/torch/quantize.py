@@ -1,29 +1,29 @@
-"""Exact rounding of torch tensors to any :class:`~normlab.precision.Format`, on the bits.
+"""Exact rounding of torch tensors to any [Format][normlab.precision.Format], on the bits.
 
 Dimension letters: N elements (the flattened C-order input).
 
 Contract: for float32 and float64 inputs the result is bit-identical to
-``normlab.precision.quantize(t.cpu().numpy(), ...)`` in every mode, with the same special
-rules (see :mod:`normlab.precision.rounding`, whose algorithm this mirrors step by step):
-the integer significand ``s`` of |x| loses ``d = qe - (e - F)`` low bits, the mode decides
+`normlab.precision.quantize(t.cpu().numpy(), ...)` in every mode, with the same special
+rules (see `normlab.precision.rounding`, whose algorithm this mirrors step by step):
+the integer significand `s` of |x| loses `d = qe - (e - F)` low bits, the mode decides
 whether to add one, a carry renormalises, then overflow, infinity, NaN, zero and sign rules
 apply. Everything runs as torch tensor ops on int64 views of the bits, so one code path
 serves every device. torch has no uint64 arithmetic on all devices: 64-bit words live in
 int64 with the same bits, shifts of words are made logical by masking, and unsigned
 comparisons flip the sign bit of both sides first. Round-to-nearest into bf16, fp16 and
 the OCP fp8 formats takes faster routes with the same bits: large CPU tensors chunk by
-chunk (:mod:`normlab.torch._cpuround`), the rest whole-tensor casts (``_nearest_by_cast``).
+chunk (`normlab.torch._cpuround`), the rest whole-tensor casts (`_nearest_by_cast`).
 
 bfloat16 and float16 inputs are widened to float32 (exact), rounded there, and cast back
 with the input dtype's round-to-nearest-even; the cast is exact whenever the format's
 values are values of the input dtype (any format no wider than it), otherwise it is a
 second rounding.
 
-Stochastic rounding takes ``random_bits`` (an int64 tensor with the bits of NumPy's
-uint64 words) or ``seed``: element i of the flattened tensor uses
-``splitmix64(seed + i)`` (:mod:`normlab.precision.random_bits`), on every device.
+Stochastic rounding takes `random_bits` (an int64 tensor with the bits of NumPy's
+uint64 words) or `seed`: element i of the flattened tensor uses
+`splitmix64(seed + i)` ([normlab.precision.random_bits][]), on every device.
 float32 input to bf16, fp16, the fp8/fp6/fp4 formats (signed, with subnormals) takes the
-fast kernels of :mod:`normlab.torch._stochastic` (the same bits, a fraction of the passes);
+fast kernels of `normlab.torch._stochastic` (the same bits, a fraction of the passes);
 on the CPU large tensors are rounded in chunks, their words generated per chunk.
 """
 
@@ -102,7 +102,7 @@ def _round_up(
 def _components(
     x: torch.Tensor, fmt: Format, mode: RoundingMode, words: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Rounded (sign, n, qe, kind, t, s) of every element, as in ``round_components``."""
+    """Rounded (sign, n, qe, kind, t, s) of every element, as in `round_components`."""
     F, B, W, itype = _INPUT[x.dtype]
     m = fmt.mantissa_bits
     raw = x.reshape(-1).view(itype)  # (N,)
@@ -137,7 +137,7 @@ def _specials(
     fmt: Format, mode: RoundingMode, saturate: bool, sign: torch.Tensor, n: torch.Tensor,
     qe: torch.Tensor, kind: torch.Tensor, nonzero_input: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Overflow, infinity, zero and sign rules (the NumPy reference's ``_specials``)."""
+    """Overflow, infinity, zero and sign rules (the NumPy reference's `_specials`)."""
     m = fmt.mantissa_bits
     top_qe = fmt.emax - m
     finite = kind == _FINITE
@@ -174,7 +174,7 @@ def _assemble(
     sign: torch.Tensor, n: torch.Tensor, qe: torch.Tensor, kind: torch.Tensor,
     dtype: torch.dtype,
 ) -> torch.Tensor:
-    """(-1)^sign * n * 2^qe in ``dtype`` (exact: n < 2^25 and the value is representable)."""
+    """(-1)^sign * n * 2^qe in `dtype` (exact: n < 2^25 and the value is representable)."""
     _, _, W, itype = _INPUT[dtype]
     pow2 = ((qe.clamp(-1022, 1023) + 1023) << 52).view(torch.float64)  # (N,) 2^qe exactly
     mag = (n.to(torch.float64) * pow2).to(dtype)  # exact product, exact narrowing
@@ -185,14 +185,14 @@ def _assemble(
 
 
 def _nearest_by_cast(x: torch.Tensor, fmt: Format, saturate: bool) -> torch.Tensor:
-    """Round-to-nearest-even of float32 ``x`` through torch's cast to the format's dtype.
+    """Round-to-nearest-even of float32 `x` through torch's cast to the format's dtype.
 
     The casts agree with the reference on every input that is neither NaN nor beyond the
     overflow threshold (checked bit for bit over the same patterns as the bit path). What
     differs is fixed here: NaN results become the reference's quiet NaN with the input's
     sign (casts drop the sign or the quiet payload), and torch's E4M3FN cast saturates
     where the reference gives NaN above 464 (the midpoint between 448 and the NaN code).
-    One read-only pass (``aminmax``) decides whether a fix-up is needed at all.
+    One read-only pass (`aminmax`) decides whether a fix-up is needed at all.
     """
     src = x.clamp(-fmt.max, fmt.max) if saturate else x
     y = src.to(_NATIVE[fmt]).to(torch.float32)
@@ -230,7 +230,7 @@ def _check_randomness(
     """(seed, None) or (None, the (N,) int64 words) for stochastic rounding; (None, None)
     for the other modes.
 
-    The rules of :func:`normlab.precision.quantize`: more than one source is an error in
+    The rules of [normlab.precision.quantize][]: more than one source is an error in
     every mode, the stochastic mode needs one, seed is an int in [0, 2^64).
     """
     given = [n for n, v in (("seed", seed), ("random_bits", random_bits)) if v is not None]
@@ -262,8 +262,8 @@ def _check_randomness(
 def _stochastic(
     x: torch.Tensor, fmt: Format, saturate: bool, seed: int | None, words: torch.Tensor | None
 ) -> torch.Tensor:
-    """Stochastic rounding of contiguous float32/float64 ``x``: a fast exact kernel where
-    :func:`normlab.torch._stochastic.fast_kernel` has one, else the bit path; chunked on
+    """Stochastic rounding of contiguous float32/float64 `x`: a fast exact kernel where
+    `normlab.torch._stochastic.fast_kernel` has one, else the bit path; chunked on
     the CPU (words generated per chunk)."""
     fast = fast_kernel(fmt, saturate) if x.dtype == torch.float32 else None
     if fast is not None:
@@ -288,31 +288,36 @@ def quantize(
     seed: int | None = None,
     random_bits: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Round a tensor to the values of ``fmt``; the result keeps t's dtype, shape and device.
+    """Round a tensor to the values of `fmt`; the result keeps t's dtype, shape and device.
 
-    Formula: ``q = (-1)^s * n * 2^qe`` with ``qe = max(floor(log2|x|), emin) - m`` and n the
-    rounded significand; every mode and special case as :func:`normlab.precision.quantize`
-    (source: ``normlab/precision/rounding.py``, ``round_components``), bit for bit.
+    Formula: `q = (-1)^s * n * 2^qe` with `qe = max(floor(log2|x|), emin) - m` and n the
+    rounded significand; every mode and special case as [normlab.precision.quantize][]
+    (source: `normlab/precision/rounding.py`, `round_components`), bit for bit.
 
     Parameters
     ----------
-    t : Tensor of float32, float64, bfloat16 or float16, any shape and device
-    fmt : Format, format name or torch dtype (see :func:`normlab.torch.get_format`)
-    rounding : "nearest" | "stochastic" | "toward_zero" | "nearest_away" |
-        "toward_positive" | "toward_negative" or RoundingMode
-    saturate : bool
+    t : torch.Tensor
+        Float32, float64, bfloat16 or float16, any shape and device.
+    fmt : Format, str or torch.dtype
+        A format, its name or a torch dtype (see [normlab.torch.get_format][]).
+    rounding : str or RoundingMode, optional
+        One of "nearest" (the default), "stochastic", "toward_zero", "nearest_away",
+        "toward_positive", "toward_negative", or a `RoundingMode`.
+    saturate : bool, optional
         Overflow and infinities become +-max instead of inf/NaN.
     seed : int in [0, 2^64), optional
         Stochastic mode: element i of the flattened C-order tensor uses
-        ``splitmix64((seed + i) mod 2^64)``, as the NumPy side does, on every device.
+        `splitmix64((seed + i) mod 2^64)`, as the NumPy side does, on every device.
     random_bits : Tensor of int64 with t's shape, optional
         Stochastic mode: explicit words (the bits of uint64 words; uint64 tensors are
-        accepted too). The stochastic mode needs exactly one of ``seed`` and
-        ``random_bits``; the deterministic modes ignore a single one; both is an error.
+        accepted too). The stochastic mode needs exactly one of `seed` and
+        `random_bits`; the deterministic modes ignore a single one; both is an error.
 
     Returns
     -------
-    Tensor of t's dtype, shape and device, detached (see :func:`quantize_ste` for autograd).
+    q : torch.Tensor
+        The dtype, shape and device of `t`, detached (see
+        [quantize_ste][normlab.torch.quantize_ste] for autograd).
 
     Raises
     ------
@@ -328,8 +333,8 @@ def quantize(
     is exact unless the format has values the input dtype lacks (then the cast rounds to
     nearest even a second time).
 
-    Example
-    -------
+    Examples
+    --------
     >>> quantize(torch.tensor([1.0 + 2**-8]), "bf16")
     tensor([1.])
     """

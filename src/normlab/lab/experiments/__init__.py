@@ -1,7 +1,7 @@
 """The registry of the lab's experiments, in report order.
 
 Contract: each name below is a module of this package that follows
-:mod:`normlab.lab.result` (``NAME``, ``TITLE``, ``run(settings, progress)``). Modules are
+[normlab.lab.result][] (`NAME`, `TITLE`, `run(settings, progress)`). Modules are
 imported by name only when an experiment is run, so a module that is missing or broken
 shows up as that experiment's error in the report, never as an import-time crash of the CLI.
 """
@@ -14,7 +14,6 @@ from types import ModuleType
 
 __all__ = ["EXPERIMENTS", "UnknownExperimentError", "load", "resolve"]
 
-# Report order: (module name, one-line description shown by `normlab report --help`).
 EXPERIMENTS: dict[str, str] = {
     "xiong_init": "Post-LN vs Pre-LN at initialization (Xiong et al. 2020, Lemma 2, Theorem 1)",
     "training_stability": "Post-LN vs Pre-LN training, with and without warmup",
@@ -30,17 +29,19 @@ EXPERIMENTS: dict[str, str] = {
     "residual_depth": "Residual placements vs depth: model update (DeepNet), output change (Admin)",
     "lowp_training": "FP8/MXFP8/NVFP4 training recipes vs bf16 in PyTorch (needs torch)",
 }
+"""The registry, in report order: module name -> the one-line description that
+`normlab list` prints and the lab tables (README, site) show."""
 
 
 class UnknownExperimentError(ValueError):
-    """An experiment name that is not in :data:`EXPERIMENTS`."""
+    """An experiment name that is not in [EXPERIMENTS][normlab.lab.experiments.EXPERIMENTS]."""
 
 
 def resolve(names: str | Iterable[str] | None) -> list[str]:
     """Turn a user's selection into registry names, in report order.
 
-    ``None`` or ``""`` selects every experiment; a string is split on commas. Surrounding
-    blanks are ignored and ``-`` may stand for ``_`` (``batch-vs-layer``).
+    `None` or `""` selects every experiment; a string is split on commas. Surrounding
+    blanks are ignored and `-` may stand for `_` (`batch-vs-layer`).
 
     Raises
     ------
@@ -63,6 +64,6 @@ def resolve(names: str | Iterable[str] | None) -> list[str]:
 
 
 def load(name: str) -> ModuleType:
-    """Import the experiment module ``name`` (raises ImportError if it is not there yet)."""
+    """Import the experiment module `name` (raises ImportError if it is not there yet)."""
     (resolved,) = resolve([name])
     return importlib.import_module(f"{__name__}.{resolved}")

@@ -1,8 +1,8 @@
 """Ioffe & Szegedy 2015, Figure 1: a sigmoid MLP trained with and without BatchNorm.
 
-Contract: :func:`ioffe_mlp` trains two copies of the same 3-hidden-layer sigmoid MLP (the
+Contract: `ioffe_mlp` trains two copies of the same 3-hidden-layer sigmoid MLP (the
 paper: 3 fully connected hidden layers of 100 sigmoid units, MNIST, batch 60) on a
-synthetic 10-class task, one with ``nn.BatchNorm`` before every sigmoid, with plain SGD
+synthetic 10-class task, one with `nn.BatchNorm` before every sigmoid, with plain SGD
 from the same initial weights and the same batches; it returns, at regular checkpoints,
 the test accuracy (eval mode) and the 15th, 50th and 85th percentiles of the input of one
 sigmoid unit of the last hidden layer on a fixed probe batch (the paper's Figure 1(b, c)).
@@ -79,7 +79,7 @@ def _sigmoid_input(layers: list[Module], probe: np.ndarray) -> np.ndarray:
 
 
 def ioffe_mlp(seed: int, steps: int, checkpoints: int) -> dict[str, Any]:
-    """Train both networks; per network ``accuracy`` (C,) and ``percentiles`` (C, 3)."""
+    """Train both networks; per network `accuracy` (C,) and `percentiles` (C, 3)."""
     rng = np.random.default_rng([seed, 8])
     x_all, y_all, _ = _task(rng, 4000 + _BATCH * steps)
     x_test, y_test = x_all[:2000], y_all[:2000]
@@ -114,7 +114,7 @@ def ioffe_mlp(seed: int, steps: int, checkpoints: int) -> dict[str, Any]:
 def median_drift(percentiles: np.ndarray) -> float:
     """Largest move of the median from the first checkpoint after step 0, in spreads.
 
-    ``max_t |p50_t - p50_1| / (p85_t - p15_t)`` over checkpoints t >= 1 (C, 3 input).
+    `max_t |p50_t - p50_1| / (p85_t - p15_t)` over checkpoints t >= 1 (C, 3 input).
     """
     p = np.asarray(percentiles)[1:]  # C-1,3
     return float(np.max(np.abs(p[:, 1] - p[0, 1]) / (p[:, 2] - p[:, 0])))

@@ -1,4 +1,4 @@
-"""Figure of :mod:`normlab.lab.experiments.residual_depth`: update and output change vs depth."""
+"""Figure of [normlab.lab.experiments.residual_depth][]: update and output change vs depth."""
 
 from __future__ import annotations
 

@@ -1,15 +1,15 @@
-"""Tiny Transformer stacks with every residual placement of :class:`normlab.nn.Residual`.
+"""Tiny Transformer stacks with every residual placement of [normlab.nn.Residual][].
 
-Shared by :mod:`normlab.lab.experiments.residual_depth`. A stack of N layers is 2N residual
-sub-layers, causal self-attention then a ReLU MLP, each wrapped by ``Residual`` with the
+Shared by [normlab.lab.experiments.residual_depth][]. A stack of N layers is 2N residual
+sub-layers, causal self-attention then a ReLU MLP, each wrapped by `Residual` with the
 placement's norm (LayerNorm, gain 1 and bias 0 at init), Xavier-normal weights and zero
 biases, float64. Per placement:
 
 * pre, sandwich: a final LayerNorm after the last sub-layer (GPT-2; Peri-LN);
 * post, deepnorm, admin: none (the last sub-layer ends with a norm);
-* deepnorm: alpha, beta = ``deepnorm_constants(N)``; the MLP's, value and output
-  projections' weights multiplied by beta (``deepnorm_init``);
-* admin: omega (one value per feature) set by ``admin_initialize`` on the input batch;
+* deepnorm: alpha, beta = `deepnorm_constants(N)`; the MLP's, value and output
+  projections' weights multiplied by beta (`deepnorm_init`);
+* admin: omega (one value per feature) set by `admin_initialize` on the input batch;
 * rezero: no norm at all, alpha = 0.
 
 Shapes: B sequences, T positions, C = d model width.
@@ -59,9 +59,9 @@ def build_stack(
     d_ff: int,
     n_heads: int,
 ) -> PreNormStack:
-    """N layers (2N residual sub-layers) of the given placement for inputs like ``x`` (B,T,C).
+    """N layers (2N residual sub-layers) of the given placement for inputs like `x` (B,T,C).
 
-    ``x`` is the profiling batch of Admin's initialisation (unused by other placements).
+    `x` is the profiling batch of Admin's initialisation (unused by other placements).
     """
     d = x.shape[-1]
     alpha, beta = deepnorm_constants(n_layers)

@@ -1,4 +1,4 @@
-"""Figures of experiment 1 (:mod:`normlab.lab.experiments.xiong_init`): Lemma 2 and Theorem 1."""
+"""Figures of experiment 1 ([normlab.lab.experiments.xiong_init][]): Lemma 2 and Theorem 1."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ def xiong_figures(
 ) -> dict:
     """Two figures: Lemma 2's norms per layer, Theorem 1's gradient vs depth (log-log).
 
-    ``lemma[placement]`` has shape (seeds, layers), ``grads[placement]`` (seeds, depths);
-    ``band`` = (target, tolerance) of the Post-LN check, drawn as a shaded band.
+    `lemma[placement]` has shape (seeds, layers), `grads[placement]` (seeds, depths);
+    `band` = (target, tolerance) of the Post-LN check, drawn as a shaded band.
     """
     layers = np.arange(1, lemma["post"].shape[1] + 1)
     fig1, ax = new_figure(width=6.8, height=4.4)

@@ -19,7 +19,7 @@ one token at a time." Measured in float64 on sequences of feature vectors:
    without BatchNorm (same weights, same batches; a synthetic 10-class task instead of
    MNIST): test accuracy against steps, and the 15th/50th/85th percentiles of the input of
    one last-layer sigmoid, which drift without BatchNorm and stay put with it
-   (:mod:`normlab.lab.experiments._ioffe_mlp`).
+   (`normlab.lab.experiments._ioffe_mlp`).
 
 Shapes: B sequences, T positions, C features.
 """
@@ -53,15 +53,30 @@ __all__ = [
 ]
 
 NAME = "batch_vs_layer"
+"""The experiment's id in the registry and on the command line (`normlab run NAME`)."""
 TITLE = "BatchNorm vs LayerNorm: batch composition, decoding, train/eval gap"
+"""The experiment's title: the heading of its section in the report and of its page."""
 DETECTS = ("BatchNorm in eval mode normalising with the batch's statistics",)
+"""The library breaks this experiment turns into a FAIL, each proven by a
+fault-injection test (the contract of [normlab.lab.result][])."""
 BATCH_SIZES = (2, 4, 8, 32, 128)
+"""The batch sizes of the train/eval gap (claim 3), smallest first."""
 SAME_TOL = 1e-12  # float64 rounding of a 16-wide row is ~1e-16
+"""Claim 1: the largest relative difference of LayerNorm outputs that counts as the same."""
 CHANGED_MIN = 0.05  # "depends on the batch": relative change of at least 5%
+"""Claim 2: the smallest relative change of BatchNorm outputs that counts as changed."""
 GAP_RATIO_MIN = 4.0  # gap(2) / gap(128); the batch noise alone predicts about sqrt(64) = 8
+"""Claim 3: the smallest ratio gap(2) / gap(128) of the train/eval gaps."""
 ACC_MARGIN = 0.1  # Figure 1(a): BatchNorm ends at least 10 points of accuracy higher ...
+"""Claim 4 (Figure 1(a)): BatchNorm's least lead in final test accuracy (a fraction)."""
 REACH_FRACTION = 1 / 3  # ... and reaches the plain network's final accuracy within 1/3 of the steps
-DRIFT_BN_MAX, DRIFT_PLAIN_MIN = 0.25, 1.0  # Figure 1(b, c): median drift, in spreads
+"""Claim 4: the largest fraction of the steps BatchNorm may take to reach the plain
+network's final accuracy."""
+DRIFT_BN_MAX = 0.25  # Figure 1(b, c): median drift, in spreads
+"""Claim 4 (Figure 1(b, c)): the largest median drift with BatchNorm, in spreads
+(85th minus 15th percentile)."""
+DRIFT_PLAIN_MIN = 1.0
+"""Claim 4 (Figure 1(b, c)): the smallest median drift without BatchNorm, in spreads."""
 _C, _T = 16, 12
 
 
@@ -109,10 +124,10 @@ def composition_changes(seed: int, n_batches: int = 6) -> dict[str, float]:
 
 
 def train_eval_gap(seed: int, batch: int, steps: int, probes: int) -> float:
-    """Mean |train-mode - eval-mode| BatchNorm output on batches of size ``batch``.
+    """Mean |train-mode - eval-mode| BatchNorm output on batches of size `batch`.
 
-    Running statistics are accumulated over ``steps`` training batches (momentum 0.9, the
-    chapter's convention), then ``probes`` fresh batches go through both modes.
+    Running statistics are accumulated over `steps` training batches (momentum 0.9, the
+    chapter's convention), then `probes` fresh batches go through both modes.
     """
     rng = np.random.default_rng([seed, batch])
     mu, sigma = rng.normal(0.0, 2.0, _C), rng.uniform(0.5, 3.0, _C)
@@ -209,7 +224,10 @@ def measure(settings: Settings, progress: Progress) -> dict[str, Any]:
 
 
 def checks(m: dict[str, Any]) -> list[Check]:
-    """Each criterion reads only the measured numbers ``m`` (see :func:`measure`)."""
+    """Each criterion reads only the measured numbers `m`.
+
+    See [measure][normlab.lab.experiments.batch_vs_layer.measure].
+    """
     comp, gaps = m["comp"], m["gaps"]
     g = [gaps[b] for b in BATCH_SIZES]
     # a broken eval mode can make the gaps 0: the check must then FAIL, not divide by zero

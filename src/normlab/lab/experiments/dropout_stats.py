@@ -6,11 +6,11 @@ p and keep probability q = 1 - p,
 
     out = m * x / q,   m ~ Bernoulli(q)   =>   E[out] = x,   Var[out] = x^2 p / q.
 
-Many independent masks are drawn through :func:`normlab.inverted_dropout` for a fixed
+Many independent masks are drawn through [normlab.inverted_dropout][] for a fixed
 vector x; the sample mean and variance of every coordinate are compared with x and
 x^2 p/(1-p). Tolerances come from the sample size: a z-bound on the standard error of the
 sample mean, sqrt(Var/N), and of the mean of (out - x)^2, sqrt((mu4 - sigma^4)/N), with the
-exact fourth central moment mu4 = x^4 (p^4/q^3 + p) of the scaled Bernoulli. ``nn.Dropout`` in
+exact fourth central moment mu4 = x^4 (p^4/q^3 + p) of the scaled Bernoulli. `nn.Dropout` in
 eval mode, and p = 0, must return x unchanged (bitwise).
 
 Shapes: N masks (samples), M coordinates of x.
@@ -44,12 +44,18 @@ __all__ = [
 ]
 
 DETECTS = ("inverted dropout without the 1/(1-p) rescaling of the kept units",)
+"""The library breaks this experiment turns into a FAIL, each proven by a
+fault-injection test (the contract of [normlab.lab.result][])."""
 NAME = "dropout_stats"
+"""The experiment's id in the registry and on the command line (`normlab run NAME`)."""
 TITLE = "Inverted dropout: mean kept, variance x²p/(1-p), identity at eval (Srivastava 2014)"
+"""The experiment's title: the heading of its section in the report and of its page."""
 PROBABILITIES = (0.1, 0.3, 0.5, 0.8)
+"""The drop probabilities p measured."""
 # |z| bound for every coordinate and every p: P(|Z| > 4.5) = 6.8e-6 per test, so about
 # 2e-3 for the 4 x 64 x 2 tests of a default run (Bonferroni) - a true bug gives |z| >> 10.
 Z_BOUND = 4.5
+"""The largest |z| allowed for a coordinate's sample mean and variance (standard errors)."""
 _M = 64  # coordinates of x
 
 
@@ -64,11 +70,11 @@ def exact_moments(x: np.ndarray, p: float) -> tuple[np.ndarray, np.ndarray]:
 
 
 def dropout_moments(x: np.ndarray, p: float, n: int, rng: np.random.Generator) -> dict:
-    """Sample mean/variance of ``n`` inverted-dropout draws of ``x`` and their z-scores.
+    """Sample mean/variance of `n` inverted-dropout draws of `x` and their z-scores.
 
-    Returns a dict of arrays of shape (M,): ``mean``, ``var`` = mean of (out - x)^2 (the
+    Returns a dict of arrays of shape (M,): `mean`, `var` = mean of (out - x)^2 (the
     variance about the known mean, unbiased), the exact
-    ``var_true`` = x^2 p/(1-p), and ``z_mean``, ``z_var`` (error / standard error).
+    `var_true` = x^2 p/(1-p), and `z_mean`, `z_var` (error / standard error).
     """
     xs = np.broadcast_to(x, (n, x.size))  # N,M
     out, _ = inverted_dropout(xs, p, rng)  # N,M
@@ -142,7 +148,10 @@ def measure(settings: Settings, progress: Progress) -> dict[str, Any]:
 
 
 def checks(m: dict[str, Any]) -> list[Check]:
-    """Each criterion reads only the measured numbers ``m`` (see :func:`measure`)."""
+    """Each criterion reads only the measured numbers `m`.
+
+    See [measure][normlab.lab.experiments.dropout_stats.measure].
+    """
     n, z_mean, z_var, eval_identity = m["n"], m["z_mean"], m["z_var"], m["eval_identity"]
     source = "Srivastava et al. 2014; chapter 16.2"
     return [

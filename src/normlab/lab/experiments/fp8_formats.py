@@ -49,35 +49,45 @@ __all__ = [
 ]
 
 NAME = "fp8_formats"
+"""The experiment's id in the registry and on the command line (`normlab run NAME`)."""
 TITLE = "FP8 formats: E4M3 vs E5M2, delayed vs current scaling (Micikevicius et al. 2022)"
+"""The experiment's title: the heading of its section in the report and of its page."""
 
 DETECTS = (
     "E4M3 max changed (e.g. 240, the IEEE-style E4M3, instead of 448)",
     "delayed scaling using the current amax instead of the history",
 )
+"""The library breaks this experiment turns into a FAIL, each proven by a
+fault-injection test (the contract of [normlab.lab.result][])."""
 FORMATS: dict[str, Format] = {"E4M3": FLOAT8_E4M3FN, "E5M2": FLOAT8_E5M2}
+"""The two FP8 formats compared, by the paper's names."""
 # The paper's Table 1, as printed: (max normal, min subnormal). Independent of the Format
 # objects above, which are what the lab measures.
 PAPER_TABLE1: dict[str, tuple[float, float]] = {
     "E4M3": (448.0, 2.0**-9),  # 0x1.cp+8, 0x1p-9
     "E5M2": (57344.0, 2.0**-16),  # 0x1.cp+15, 0x1p-16
 }
+"""The paper's Table 1 as printed, per format: (largest normal, smallest subnormal).
+
+Independent of the `Format` objects in `FORMATS`, which are what the lab measures."""
 LOG2_SCALES = np.arange(-30.0, 20.01, 0.5)  # K, log2 of the tensor's standard deviation
+"""The swept log2 of the tensor's standard deviation, -30 to 20 in steps of 0.5
+(the scale axis of the range figure)."""
 _USABLE = 2.0  # a scale is "usable" while the error is within 2x the format's best
 _HISTORY = 16  # delayed scaling: amax history length
 _DRIFT = 1.0  # binades of growth per step during the drift (the range doubles each step)
 
 
 def relative_error(x: np.ndarray, q: np.ndarray) -> float:
-    """Relative RMS error ``||q - x|| / ||x||`` in float64."""
+    """Relative RMS error `||q - x|| / ||x||` in float64."""
     x64 = x.astype(np.float64)
     return float(np.linalg.norm(q.astype(np.float64) - x64) / np.linalg.norm(x64))
 
 
 def scale_sweep(z: np.ndarray) -> dict[str, np.ndarray]:
-    """Relative error of ``z * 2^k`` cast to each format (saturating), for k in LOG2_SCALES.
+    """Relative error of `z * 2^k` cast to each format (saturating), for k in LOG2_SCALES.
 
-    Keys ``"E4M3"``/``"E5M2"`` (direct cast) and ``"E4M3 scaled"``/``"E5M2 scaled"`` (per-tensor
+    Keys `"E4M3"`/`"E5M2"` (direct cast) and `"E4M3 scaled"`/`"E5M2 scaled"` (per-tensor
     current scaling first), each an array (K).
     """
     out: dict[str, list[float]] = {k: [] for k in ("E4M3", "E5M2", "E4M3 scaled", "E5M2 scaled")}
@@ -173,7 +183,10 @@ def _table1_check(m: dict[str, Any]) -> Check:
 
 
 def checks(m: dict[str, Any]) -> list[Check]:
-    """Each criterion reads only the measured numbers ``m`` (see :func:`measure`)."""
+    """Each criterion reads only the measured numbers `m`.
+
+    See [measure][normlab.lab.experiments.fp8_formats.measure].
+    """
     e4, e5 = FORMATS["E4M3"], FORMATS["E5M2"]
     best, width = m["best"], m["width"]
     extra = width["E5M2"] - width["E4M3"]

@@ -1,15 +1,15 @@
 """Experiment 5: the invariance table of Ba et al. 2016 (Table 1), extended with RMSNorm.
 
-A layer computes summed inputs ``a = x W^T`` and normalises them, ``h = g * norm(a) + b``
+A layer computes summed inputs `a = x W^T` and normalises them, `h = g * norm(a) + b`
 (the non-linearity after it does not change what is invariant). Each transformation of the
-weights or of the data is applied and ``h`` recomputed in float64; a cell is "invariant"
+weights or of the data is applied and `h` recomputed in float64; a cell is "invariant"
 when every output changes by at most 1e-12 relatively (float64 rounding of these sizes is
 ~1e-15), "no" when some output changes by more than 1e-6, and undecided in between.
 
 Normalisations: BatchNorm (training mode, batch statistics), WeightNorm
-(``g * (w_i . x) / ||w_i||``, written here in one line: normlab has no weight-norm layer),
-LayerNorm and RMSNorm, through the functional core. ``eps = 1e-300``: positive as the API
-requires, and below half an ulp of every variance here, so ``var + eps == var`` exactly and
+(`g * (w_i . x) / ||w_i||`, written here in one line: normlab has no weight-norm layer),
+LayerNorm and RMSNorm, through the functional core. `eps = 1e-300`: positive as the API
+requires, and below half an ulp of every variance here, so `var + eps == var` exactly and
 the table is the one of the normalisation itself (the papers ignore eps).
 
 Expected (Ba et al. 2016 Table 1; RMSNorm: Zhang & Sennrich 2019, Table 1): see PAPER.
@@ -31,12 +31,20 @@ from normlab.lab.training import on_references
 __all__ = ["DETECTS", "METHODS", "NAME", "PAPER", "TITLE", "TRANSFORMS", "invariance_matrix", "run"]
 
 DETECTS = ("LayerNorm without its mean subtraction (test_exp_invariance)",)
+"""The library breaks this experiment turns into a FAIL, each proven by a
+fault-injection test (the contract of [normlab.lab.result][])."""
 NAME = "invariance"
+"""The experiment's id in the registry and on the command line (`normlab run NAME`)."""
 TITLE = "Invariance table (Ba et al. 2016, Table 1), extended with RMSNorm"
+"""The experiment's title: the heading of its section in the report and of its page."""
 EPS = 1e-300
+"""The normalisers' eps: positive, and below half an ulp of every variance here."""
 INVARIANT_TOL = 1e-12
+"""The largest relative change of the outputs that reads "Invariant" (float64)."""
 CHANGED_TOL = 1e-6
+"""The smallest relative change of the outputs that reads "No" (not invariant)."""
 METHODS = ("BatchNorm", "WeightNorm", "LayerNorm", "RMSNorm")
+"""The table's rows: the normalisation methods."""
 TRANSFORMS = (
     "weight matrix re-scaling",
     "weight matrix re-centering",
@@ -45,6 +53,7 @@ TRANSFORMS = (
     "dataset re-centering",
     "single training case re-scaling",
 )
+"""The table's columns: the re-scalings and re-centerings of weights and data."""
 # True = invariant, in the column order of TRANSFORMS.
 PAPER: dict[str, tuple[bool, ...]] = {
     "BatchNorm": (True, False, True, True, True, False),
@@ -52,14 +61,18 @@ PAPER: dict[str, tuple[bool, ...]] = {
     "LayerNorm": (True, True, False, True, False, True),
     "RMSNorm": (True, False, False, True, False, True),
 }
+"""The published table: per method, True where it is invariant, in the column order
+of `TRANSFORMS`."""
 SOURCES = {
     "BatchNorm": "Ba et al. 2016, Table 1",
     "WeightNorm": "Ba et al. 2016, Table 1",
     "LayerNorm": "Ba et al. 2016, Table 1",
     "RMSNorm": "Zhang & Sennrich 2019, Table 1",
 }
+"""Where each row of `PAPER` is published."""
 
 Layer = Callable[[np.ndarray, np.ndarray], np.ndarray]
+"""A normalised layer: `h(x, W)` from inputs (N, I) and weights (H, I) to (N, H)."""
 
 
 def _layers(g: np.ndarray, b: np.ndarray) -> dict[str, Layer]:

@@ -111,19 +111,30 @@ __all__ = [
 ]
 
 NAME = "loss_scaling"
+"""The experiment's id in the registry and on the command line (`normlab run NAME`)."""
 TITLE = "fp16 gradients and loss scaling (Micikevicius et al. 2017)"
+"""The experiment's title: the heading of its section in the report and of its page."""
 DETECTS = (
     "dynamic loss scaler that never backs off (every step overflows and is skipped)",
     "loss scale fixed at 1 (no scaling)",
 )
+"""The library breaks this experiment turns into a FAIL, each proven by a
+fault-injection test (the contract of [normlab.lab.result][])."""
 
 SCALE_EXPONENTS = tuple(range(0, 41, 2))  # S = 2^0 ... 2^40
-INIT_SCALE, GROWTH_INTERVAL = 2.0**24, 50  # the dynamic scaler's start and growth interval
+"""The swept loss scales, as exponents e of S = 2^e: 0, 2, ..., 40."""
+INIT_SCALE = 2.0**24
+"""The dynamic loss scaler's first scale, 2^24."""
+GROWTH_INTERVAL = 50
+"""The dynamic scaler's growth interval: steps without overflow before it doubles."""
 LR = 0.03  # Adam learning rate (all three runs)
+"""The Adam learning rate of all three runs: constant for two thirds of the steps, then
+linearly to zero."""
 _PART = (0.05, 0.95)  # "part" of the gradients flush: between 5% and 95% at S = 1
 _APPLIED_MIN = 0.9  # the scaled run must apply at least 90% of its steps
 _TRAINS_MIN = 0.5  # ... and its log10 loss must fall by at least half of fp32's fall
 GAP_MIN = 0.1  # unscaled fp16 "falls behind": final loss >= 10% above fp32's
+"""Unscaled fp16 "falls behind": its final loss at least this fraction above fp32's."""
 _MATCH_FACTOR = 2.0  # scaled fp16 "matches": final loss at most twice fp32's
 _TAIL = 0.1  # "final loss": geometric mean over the last tenth of the steps
 _REGIME = 0.5  # resolvable once outputs whose gradients flush carry half of fp32's loss

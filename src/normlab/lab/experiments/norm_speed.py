@@ -55,12 +55,24 @@ from normlab.lab.training import single_threaded
 __all__ = ["DETECTS", "NAME", "TITLE", "correctness_errors", "run", "time_ratio"]
 
 NAME = "norm_speed"
+"""The experiment's id in the registry and on the command line (`normlab run NAME`)."""
 TITLE = "RMSNorm vs LayerNorm forward + backward time on this CPU (Zhang & Sennrich 2019)"
+"""The experiment's title: the heading of its section in the report and of its page."""
 DETECTS: tuple[str, ...] = ("rmsnorm_subtracts_mean",)
+"""The library breaks this experiment turns into a FAIL, each proven by a
+fault-injection test (the contract of [normlab.lab.result][])."""
 CORRECT_TOL = 1e-5
+"""Correctness: the largest max |error| / max |reference| of every output and gradient
+against the float64 evaluation."""
 REDUCTION = (0.07, 0.64)  # the paper's range of running-time reductions
-EPS_LN, EPS_RMS = 1e-5, 1e-8
+"""The paper's range of running-time reductions `1 - t_RMS / t_LN` (R2): 7% to 64%."""
+EPS_LN = 1e-5
+"""LayerNorm's eps in the timed calls."""
+EPS_RMS = 1e-8
+"""RMSNorm's eps in the timed calls."""
 ALPHA = 0.025  # one-sided level of the sign test; the median interval covers >= 1 - 2 ALPHA
+"""The one-sided level of R1's sign test (2.5%); R2's median interval covers at least
+`1 - 2 ALPHA`."""
 
 
 def _inputs(rows: int, width: int, seed: int) -> tuple[np.ndarray, ...]:

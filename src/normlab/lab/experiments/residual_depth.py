@@ -87,22 +87,50 @@ __all__ = ["DEPTHS", "DETECTS", "NAME", "TITLE", "output_change", "run", "update
            "weight_matrices"]
 
 NAME = "residual_depth"
+"""The experiment's id in the registry and on the command line (`normlab run NAME`)."""
 TITLE = "Residual placements vs depth: model update (DeepNet) and output change (Admin)"
+"""The experiment's title: the heading of its section in the report and of its page."""
 DETECTS: tuple[str, ...] = ("pre_post_swapped",)
+"""The library breaks this experiment turns into a FAIL, each proven by a
+fault-injection test (the contract of [normlab.lab.result][])."""
 DEPTHS = (6, 12, 24, 48)
+"""The depths N (layers; 2N residual sub-layers) of the default size."""
 QUICK_DEPTHS = (2, 4, 8, 16)  # smoke size for tests: the judged placements only
+"""The depths of the quick smoke size (the judged placements only)."""
 JUDGED = ("post", "deepnorm", "admin", "pre")
+"""The placements the quick size runs: those whose claims are judged."""
 FULL_DEPTHS = (6, 12, 24, 48, 96)
-D, D_FF, HEADS, T, V = 64, 128, 2, 16, 16
+"""The depths of `--full`: the default ones and 96."""
+D = 64
+"""Model width (features per token)."""
+D_FF = 128
+"""MLP hidden width."""
+HEADS = 2
+"""Attention heads."""
+T = 16
+"""Tokens per sequence of the input batch."""
+V = 16
+"""Classes of the fixed random readout of the loss."""
 LR_SGD = 1e-5  # the eta -> 0 regime of DeepNet's Theorem 4.2 (module docstring)
+"""The SGD step of U1 and U2, small enough for Theorem 4.2's eta -> 0 regime."""
 LR_ADAM = 1e-3  # the measured extension: one AdamW step on every parameter
+"""The AdamW step of the measured extension (all parameters, not a judged claim)."""
 REGIME_FRACTION = 0.05  # Post-LN's SGD update must stay below 5% of ||F||
+"""Post-LN's SGD update must stay below this fraction of ||F|| at every depth,
+else the update checks are INCONCLUSIVE."""
 SIGMA = 1e-3
+"""The perturbation of every Linear weight, in standard deviations of that weight."""
 PERTURB_DRAWS = 2
+"""Perturbation draws averaged per stack."""
 POST_UPDATE_MIN_SLOPE = 0.3
+"""U1: the least log-log slope of Post-LN's SGD update against depth."""
 DEEPNORM_UPDATE_MAX_SLOPE = 0.15
+"""U2: the largest log-log slope of DeepNorm's SGD update."""
 POST_CHANGE_SLOPE = (0.75, 1.25)
+"""P1: the band of log-log slopes of Post-LN's output change (O(N))."""
 LOG_CHANGE_MAX_SLOPE = 0.6
+"""P2 and P3: the largest log-log slope of an O(log N) output change
+(Pre-LN, Admin)."""
 
 
 def _setup(

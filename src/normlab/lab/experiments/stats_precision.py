@@ -9,9 +9,9 @@ first mean by the centred sum) has error of order u, whatever the offset. normla
 design requires it of every norm ("never the cancelling E[x^2] - E[x]^2"), in the NumPy
 statistics helper and in the fused kernel alike.
 
-Setup: R rows of W = 4096 float32 values ``randn + 2000`` (mean^2 / var = 4e6, so the
+Setup: R rows of W = 4096 float32 values `randn + 2000` (mean^2 / var = 4e6, so the
 naive formula in float32, u = 6e-8, has nothing left), normalised by
-``layer_norm_forward`` once with the NumPy reference and once with the kernel (when numba
+`layer_norm_forward` once with the NumPy reference and once with the kernel (when numba
 is installed; otherwise the reference runs twice), and by the naive formula written here.
 Everything is compared with float64 statistics of the same float32 values. A sweep over
 offsets 0 ... 10^4 shows how each error grows. Dimension letters: R rows, W width.
@@ -34,13 +34,23 @@ from normlab.lab.training import single_threaded
 __all__ = ["DETECTS", "NAME", "OFFSETS", "TITLE", "checks", "measure", "naive_stats", "run"]
 
 NAME = "stats_precision"
+"""The experiment's id in the registry and on the command line (`normlab run NAME`)."""
 TITLE = "LayerNorm statistics of float32 rows with a large offset (Chan, Golub & LeVeque 1983)"
+"""The experiment's title: the heading of its section in the report and of its page."""
 DETECTS = (
     "variance as E[x^2] - E[x]^2 in float32 in the NumPy reference",
     "variance as E[x^2] - E[x]^2 in float32 in the fused kernel",
 )
-WIDTH, OFFSET, EPS = 4096, 2000.0, 1e-5
+"""The library breaks this experiment turns into a FAIL, each proven by a
+fault-injection test (the contract of [normlab.lab.result][])."""
+WIDTH = 4096
+"""Features per row (W)."""
+OFFSET = 2000.0
+"""The offset added to every standard normal row of the judged checks."""
+EPS = 1e-5
+"""LayerNorm's eps, in every method compared."""
 OFFSETS = (0.0, 10.0, 100.0, 1000.0, 2000.0, 10000.0)  # the sweep of the figure
+"""The offsets of the figure's sweep."""
 _ULP = float(np.spacing(np.float32(OFFSET)))  # 2^-13: one float32 ulp of the offset
 _OUT_TOL = _ULP  # two-pass: output within one ulp of the offset (in units of sigma = 1)
 _VAR_TOL = 1e-5  # two-pass: relative variance error (about 170 u; measured ~4 u)
@@ -65,7 +75,7 @@ def _errors(x: np.ndarray, out: np.ndarray, var: np.ndarray) -> dict[str, float]
 
 
 def _methods(x: np.ndarray, kernel: bool) -> dict[str, dict[str, float]]:
-    """Errors of the reference, the kernel and the naive formula on rows ``x`` (R,W)."""
+    """Errors of the reference, the kernel and the naive formula on rows `x` (R,W)."""
     found = {}
     for label, name in (("reference", "numpy"), ("kernel", "numba" if kernel else "numpy")):
         with use_backend(name):

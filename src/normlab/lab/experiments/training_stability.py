@@ -72,17 +72,28 @@ from normlab.lab.training import (
 __all__ = ["CONFIGS", "DETECTS", "NAME", "PEAK_LR", "TITLE", "run", "unigram_entropy"]
 
 DETECTS = ("Pre-LN and Post-LN placements swapped in the residual block",)
+"""The library breaks this experiment turns into a FAIL, each proven by a
+fault-injection test (the contract of [normlab.lab.result][])."""
 NAME = "training_stability"
+"""The experiment's id in the registry and on the command line (`normlab run NAME`)."""
 TITLE = "Post-LN vs Pre-LN training, with and without warmup (Xiong et al. 2020)"
+"""The experiment's title: the heading of its section in the report and of its page."""
 
 PEAK_LR = 0.02  # the baseline's (Post-LN with warmup) largest working lr: module docstring
+"""The peak learning rate of every judged run: the largest swept one at which the
+baseline (Post-LN with warmup) trains, at seed 0 (see the module docstring)."""
 FINAL_LR_FRACTION = 0.1  # the learning rate decays linearly to 10% of the peak
+"""The learning rate decays linearly to this fraction of the peak."""
 CONFIGS = (("post", False), ("post", True), ("pre", False), ("pre", True))  # (placement, warmup)
+"""The runs (placement, warmup) of the default and full sizes; Pre-LN with warmup is
+shown, not judged."""
 _STALL_NATS = 0.1  # within this of the unigram entropy: only letter frequencies learned
 _LEARNED_NATS = 0.2  # "trained": at least this far below the unigram entropy
 _GAP_NATS = 0.15  # "trains worse": at least this much above the comparison run
 _COMPARABLE_NATS = 0.1  # "comparable": best Pre-LN (no warmup) within this of best Post-LN+warmup
 SWEEP_CONFIGS = (("post", False), ("post", True), ("pre", False))
+"""The runs (placement, warmup) of the quick size and of the learning-rate
+sweep: the judged ones."""
 
 
 def unigram_entropy(ids: np.ndarray) -> float:

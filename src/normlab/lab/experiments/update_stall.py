@@ -6,11 +6,11 @@ half a unit in the last place of the weight is lost when added in the weight's f
 with pure bf16 weights, round-to-nearest updates stall, while stochastic rounding or Kahan
 (compensated) summation recover the accuracy of fp32 master weights.
 
-Setup: least squares ``min_w 0.5 ||A w - b||^2`` with a known solution ``w*`` (d weights of
-magnitude 0.5 to 2), plain gradient descent with step ``lr``, the gradient evaluated at the
+Setup: least squares `min_w 0.5 ||A w - b||^2` with a known solution `w*` (d weights of
+magnitude 0.5 to 2), plain gradient descent with step `lr`, the gradient evaluated at the
 bf16 working weights, and four ways to store the weights: bf16 round-to-nearest, fp32
 master weights with a bf16 working copy, bf16 with Kahan summation, bf16 with stochastic
-rounding. The "storage floor" is the error of ``w*`` itself rounded to bf16, the best any
+rounding. The "storage floor" is the error of `w*` itself rounded to bf16, the best any
 bf16 weight vector can do. Dimension letters: N = equations, D = weights, T = steps.
 """
 
@@ -37,13 +37,19 @@ from normlab.precision import (
 __all__ = ["DETECTS", "NAME", "TITLE", "checks", "measure", "run", "swamping_ratio", "tables"]
 
 NAME = "update_stall"
+"""The experiment's id in the registry and on the command line (`normlab run NAME`)."""
 TITLE = "bf16 weight updates that stall (Micikevicius et al. 2017; Zamirai et al. 2020)"
+"""The experiment's title: the heading of its section in the report and of its page."""
 
 DETECTS = (
     "master weights off (the fp32 master copy rounded to bf16 after each step)",
     "stochastic rounding replaced by round-to-nearest",
 )
+"""The library breaks this experiment turns into a FAIL, each proven by a
+fault-injection test (the contract of [normlab.lab.result][])."""
 MODES = ("nearest", "master", "kahan", "stochastic")
+"""How the weights are stored and updated: bf16 rounded to nearest, fp32 master
+weights, bf16 with Kahan summation, bf16 with stochastic rounding."""
 _LABELS = {
     "nearest": "bf16, round to nearest",
     "master": "fp32 master weights",
@@ -71,22 +77,25 @@ _TAIL = 0.25  # also reported: the error of the weights averaged over the last q
 
 
 def swamping_ratio(fmt: Format, x: float = 1.0) -> int:
-    """The smallest power-of-two ratio ``r`` at which ``x + x / r`` rounds back to ``x``.
+    """The smallest power-of-two ratio `r` at which `x + x / r` rounds back to `x`.
 
-    ``fl(x + y) == x`` once ``|y|`` is at most half a unit in the last place of ``x``; for a
-    power of two ``x`` and ``m`` mantissa bits that is ``y = x 2^-(m+1)`` (a tie, rounded to
-    the even neighbour ``x``), so fp16 (m = 10) gives 2048 and bf16 (m = 7) gives 256
+    `fl(x + y) == x` once `|y|` is at most half a unit in the last place of `x`; for a
+    power of two `x` and `m` mantissa bits that is `y = x 2^-(m+1)` (a tie, rounded to
+    the even neighbour `x`), so fp16 (m = 10) gives 2048 and bf16 (m = 7) gives 256
     (Micikevicius et al. 2017, section 3.1). The sum is formed exactly in float64 and rounded
-    once to ``fmt``.
+    once to `fmt`.
 
     Parameters
     ----------
-    fmt : the format the addition is rounded to.
-    x : the weight (a normal number of ``fmt``).
+    fmt : Format
+        The format the addition is rounded to.
+    x : float, optional
+        The weight, a normal number of `fmt`. Default 1.0.
 
     Returns
     -------
-    int : the ratio ``x / y``, a power of two.
+    ratio : int
+        The ratio `x / y`, a power of two.
 
     Examples
     --------
@@ -117,7 +126,7 @@ def _descend(
     a: np.ndarray, b: np.ndarray, w_star: np.ndarray, mode: str, lr: float, steps: int,
     rng: np.random.Generator,
 ) -> dict[str, Any]:
-    """Gradient descent with the weights stored as ``mode`` says; error curves in RMS."""
+    """Gradient descent with the weights stored as `mode` says; error curves in RMS."""
     d = a.shape[1]
     weights = Parameter(np.zeros(d, np.float32))  # D, the bf16 working weights (in float32)
     w = weights.data
@@ -195,7 +204,10 @@ def measure(settings: Settings, progress: Progress) -> dict[str, Any]:
 
 
 def checks(m: dict[str, Any]) -> list[Check]:
-    """Each criterion reads only the measured numbers ``m`` (see :func:`measure`)."""
+    """Each criterion reads only the measured numbers `m`.
+
+    See [measure][normlab.lab.experiments.update_stall.measure].
+    """
     floor, errors, finals, swamp = m["floor"], m["errors"], m["finals"], m["swamp"]
     near = np.array(errors["nearest"])
     growth = near[1:] / near[:-1]

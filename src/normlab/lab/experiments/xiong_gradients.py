@@ -53,14 +53,25 @@ from normlab.lab.training import load_corpus, on_references, sample_batch
 __all__ = ["DETECTS", "LAYERS", "NAME", "TITLE", "expected_grad_norms", "run"]
 
 NAME = "xiong_gradients"
+"""The experiment's id in the registry and on the command line (`normlab run NAME`)."""
 TITLE = "Gradient norm per layer at initialization, Post-LN vs Pre-LN (Xiong et al. 2020, Fig. 3)"
+"""The experiment's title: the heading of its section in the report and of its page."""
 DETECTS: tuple[str, ...] = ("pre_post_swapped",)
+"""The library breaks this experiment turns into a FAIL, each proven by a
+fault-injection test (the contract of [normlab.lab.result][])."""
 LAYERS = 6  # the paper's 6-6 model
+"""Decoder layers of the model (the paper's 6-6 model)."""
 POST_MIN_RATIO = 1.5
+"""G1: the least top/bottom gradient-norm ratio $g_L / g_1$ of Post-LN."""
 POST_MIN_RANK_CORR = 0.8
+"""G1: the least Spearman rank correlation between l and $g_l$ for Post-LN."""
 PRE_MAX_SPREAD = 1.5
+r"""G2: the largest spread $\max_l g_l / \min_l g_l$ of Pre-LN."""
 WEIGHTS = ("W1", "W2", "WV")
+"""The weights whose gradient norms are measured per layer: the FFN's $W^1$ and
+$W^2$ and the attention's value projection."""
 JUDGED = ("W1", "W2")
+"""The weights the criteria judge ($W^1$ and $W^2$); the value projection is shown."""
 _T = 32
 
 

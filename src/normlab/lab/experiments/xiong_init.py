@@ -3,10 +3,11 @@
 The paper's simplified Transformer: W^Q = W^K = 0 (uniform attention), Xavier-normal
 weights N(0, 2/(fan_in + fan_out)) = N(0, 1/d) for the d x d matrices, biases zero, ReLU FFN
 of width d, LayerNorm without affine change at init (gain 1, bias 0). Built from
-:class:`normlab.nn.TransformerBlock` (``zero_qk=True, init="xavier_normal",
-activation="relu", bias=False``); attention is causal here (the paper's encoder attends to
-all positions), which leaves both statements unchanged: the attention term they bound lies
-between 0 and d whatever positions are averaged. Inputs are i.i.d. Gaussian token vectors
+[normlab.nn.TransformerBlock][]
+(`zero_qk=True, init="xavier_normal", activation="relu", bias=False`); attention is causal
+here (the paper's encoder attends to all positions), which leaves both statements
+unchanged: the attention term they bound lies between 0 and d whatever positions are
+averaged. Inputs are i.i.d. Gaussian token vectors
 rescaled to ||x||^2 = d, as after an embedding LayerNorm.
 
 Lemma 2 (expectation over the weights): Post-LN, E||x^{post,5}_l||^2 = 3d/2 at every layer
@@ -44,12 +45,24 @@ from normlab.nn import LayerNorm, Linear, TransformerBlock, softmax_cross_entrop
 __all__ = ["DEPTHS", "DETECTS", "NAME", "TITLE", "last_ffn_grad_norms", "lemma2_profile", "run"]
 
 DETECTS = ("Pre-LN and Post-LN placements swapped in the residual block",)
+"""The library breaks this experiment turns into a FAIL, each proven by a
+fault-injection test (the contract of [normlab.lab.result][])."""
 NAME = "xiong_init"
+"""The experiment's id in the registry and on the command line (`normlab run NAME`)."""
 TITLE = "Post-LN vs Pre-LN at initialization (Xiong et al. 2020, Lemma 2 and Theorem 1)"
+"""The experiment's title: the heading of its section in the report and of its page."""
 DEPTHS = (6, 12, 24, 48)
-POST_TARGET, POST_TOL = 1.5, 0.1
+"""The depths L of Theorem 1's gradient measurement."""
+POST_TARGET = 1.5
+r"""Lemma 2: Post-LN's expected $\|x^{post,5}_l\|^2 / d$ at every layer, 3/2."""
+POST_TOL = 0.1
+"""Lemma 2: the tolerance around `POST_TARGET` of the measured mean."""
 PRE_SLOPE = (-0.8, -0.35)
+"""Theorem 1: the band of log-log slopes of Pre-LN's last-layer gradient against L
+(ideal -1/2)."""
 POST_SLOPE_TOL = 0.15
+"""Theorem 1: the largest absolute log-log slope of Post-LN's last-layer
+gradient against L (independent of L)."""
 _T, _V = 16, 16  # positions per sequence, readout classes
 
 
@@ -103,14 +116,14 @@ def lemma2_profile(placement: str, d: int, layers: int, seed: int, batch: int = 
 def last_ffn_grad_norms(
     placement: str, d: int, depths: tuple[int, ...], seed: int, batch: int = 8
 ) -> dict[str, np.ndarray]:
-    """Gradients of the last FFN weight W^{2,L} for each depth L in ``depths``, one seed.
+    """Gradients of the last FFN weight W^{2,L} for each depth L in `depths`, one seed.
 
-    Returns arrays over depths: ``per_token`` = root mean square over tokens t of
+    Returns arrays over depths: `per_token` = root mean square over tokens t of
     ||dLoss_t/dW^{2,L}||_F = ||r_t|| ||g_t|| (r_t the ReLU features entering W^2, g_t the
     gradient reaching its output; the quantity Theorem 1 bounds token by token),
-    ``full`` = ||dLoss/dW^{2,L}||_F of the mean loss from ``normlab.nn``'s backward,
-    ``mismatch`` = relative difference between that backward and sum_t r_t g_t^T / N,
-    and ``probes``, the Lemma 2 profile of the same forward.
+    `full` = ||dLoss/dW^{2,L}||_F of the mean loss from `normlab.nn`'s backward,
+    `mismatch` = relative difference between that backward and sum_t r_t g_t^T / N,
+    and `probes`, the Lemma 2 profile of the same forward.
     """
     rng = np.random.default_rng(seed)
     blocks = _blocks(placement, d, max(depths), rng)
@@ -192,7 +205,10 @@ def measure(settings: Settings, progress: Progress) -> dict[str, Any]:
 
 
 def checks(m: dict[str, Any]) -> list[Check]:
-    """Each criterion reads only the measured numbers ``m`` (see :func:`measure`)."""
+    """Each criterion reads only the measured numbers `m`.
+
+    See [measure][normlab.lab.experiments.xiong_init.measure].
+    """
     post, pre, layers, d_lemma = m["post"], m["pre"], m["layers"], m["d_lemma"]
     n_lemma, batch, n_thm, d_thm = m["n_lemma"], m["batch"], m["n_thm"], m["d_thm"]
     slope_post, slope_pre, grads = m["slope_post"], m["slope_pre"], m["grads"]
