@@ -29,7 +29,8 @@ TIMEOUT = 60
 
 # Fake experiments: each appends its name to $FAKE_MARKER when it starts, sleeps
 # $FAKE_SLEEP seconds, and passes; $FAKE_WRITE_SLEEP makes the write phase pause between
-# report.md and report.html (touching $FAKE_MARKER.writing first).
+# report.md and report.html (touching $FAKE_MARKER.writing first), and $FAKE_WRITE_UNTIL
+# makes it wait there until that file exists.
 DRIVER = r"""
 import os, sys, time, types
 from pathlib import Path
@@ -58,11 +59,15 @@ for name in registry.EXPERIMENTS:
     make(name)
 
 pause = float(os.environ.get("FAKE_WRITE_SLEEP", "0"))
-if pause:
+until = os.environ.get("FAKE_WRITE_UNTIL")
+if pause or until:
     html_document = report.html_document
     def slow_html(*args, **kwargs):
         Path(str(marker) + ".writing").touch()
         time.sleep(pause)
+        deadline = time.monotonic() + 300
+        while until and not Path(until).exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
         return html_document(*args, **kwargs)
     report.html_document = slow_html
 
@@ -247,12 +252,14 @@ def test_ctrl_c_while_the_report_is_written_keeps_the_previous_report(tmp_path):
 def test_concurrent_runs_into_one_folder_never_mix(tmp_path):
     out = _previous_report(tmp_path)
     args = ["report", "--only", "invariance", "--out", str(out)]
-    slow = _start(tmp_path, [*args, "--seed", "7"], FAKE_WRITE_SLEEP="2")
+    go = tmp_path / "go"  # seed 7 finishes writing only once seed 8 has finished
+    slow = _start(tmp_path, [*args, "--seed", "7"], FAKE_WRITE_UNTIL=str(go))
     _wait_for(tmp_path / "marker.writing", slow)  # seed 7 has staged report.md and waits
     fast = _start(tmp_path, [*args, "--seed", "8"], FAKE_WRITE_SLEEP="0.01")
     for proc in (fast, slow):
         _, err = proc.communicate(timeout=TIMEOUT)
         assert proc.returncode == 0, err
+        go.touch()
     seed = json.loads((out / "metrics.json").read_text())["settings"]["seed"]
     assert seed == 7  # the slower run swapped last; without staging md would be seed 8's
     assert f"seed `{seed}`" in (out / "report.md").read_text()
