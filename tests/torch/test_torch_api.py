@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -137,6 +138,18 @@ def test_core_never_imports_torch_and_guard_names_the_extra():
     assert core.returncode == 0 and core.stdout.strip() == "False", core.stderr
     guard = _run("import sys; sys.modules['torch'] = None; import normlab.torch")
     assert guard.returncode != 0 and 'pip install ".[torch]"' in guard.stderr
+
+
+def test_an_older_torch_than_the_extra_allows_is_refused_with_its_version():
+    # the torch extra's lower bound is the oldest release the suite passes with; an older
+    # one (here: this torch relabelled 2.10.0) is refused at import, naming what was found
+    old = _run("import torch; torch.__version__ = '2.10.0+cpu'; import normlab.torch")
+    assert old.returncode != 0 and "PyTorch >= 2.13" in old.stderr
+    assert "found torch 2.10.0+cpu" in old.stderr
+    same = _run("import torch; torch.__version__ = '2.13.0'; import normlab.torch; print('ok')")
+    assert same.returncode == 0 and same.stdout.strip() == "ok", same.stderr
+    text = (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text(encoding="utf-8")
+    assert 'torch = ["torch>=2.13"]' in text  # the import check and the extra agree
 
 
 def test_ste_forward_equals_quantize_and_gradient_is_identity(rng):
