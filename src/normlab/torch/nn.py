@@ -284,10 +284,12 @@ class QuantLinear(torch.nn.Linear):
                 self._step_started = True
 
     def update_scales(self) -> None:
-        """End of a step for delayed scaling: reduce slot 0, then per operand the update of
-        [Fp8Meta.update][normlab.precision.Fp8Meta.update] (new scale, rolled history).
+        """End a step of delayed scaling: reduce the amaxes, compute new scales, roll.
 
-        Does nothing for other recipes, or when no amax was recorded since the last update.
+        Slot 0 of the history is MAX-reduced over the process group, then each operand gets
+        the update of [Fp8Meta.update][normlab.precision.Fp8Meta.update] (new scale, rolled
+        history). Does nothing for other recipes, or when no amax was recorded since the last
+        update.
         """
         r = self.recipe
         if not isinstance(r, Fp8DelayedRecipe) or not self.pending:

@@ -66,8 +66,9 @@ def training_step(model: torch.nn.Module) -> Iterator[None]:
     >>> with training_step(model):
     ...     for micro_batch in torch.randn(4, 2, 8):
     ...         model(micro_batch).square().mean().backward()
-    >>> int((model[0].amax_history[0] > 0).sum())  # x, W and dy recorded, not yet rolled
-    3
+    >>> history = model[0].amax_history  # (3, L): rows x, W, dy
+    >>> int((history[:, 0] > 0).sum()), int((history[:, 1:] > 0).sum())  # slot 0 only: no roll
+    (3, 0)
     """
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"model must be a torch.nn.Module; got {type(model).__name__}")
