@@ -233,6 +233,8 @@ def _mixed_recipes(model: torch.nn.Module) -> dict:
                            "current operand code; NORMLAB_TEST_HF_COMPILE=1 runs it")
 @pytest.mark.filterwarnings("ignore:.*should not be instantiated:DeprecationWarning")
 @pytest.mark.filterwarnings("ignore:.*script_method. is deprecated:DeprecationWarning")
+# dynamo reads `.grad` of the non-leaf tensors it wraps after a graph break (a torch warning)
+@pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf:UserWarning")
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
 def test_tiny_models_train_compiled_with_every_recipe(family: str) -> None:
     # the default inductor backend, every recipe in the same model; bit-exactness against
