@@ -229,8 +229,8 @@ def _mixed_recipes(model: torch.nn.Module) -> dict:
 @pytest.mark.slow
 @pytest.mark.skipif(os.environ.get("NORMLAB_TEST_HF_COMPILE") != "1",
                     reason="the torch.compile column of the tiny GPT-2 / Llama training test "
-                           "costs 2-8 min per model under inductor on 2 CPU cores with the "
-                           "current operand code; NORMLAB_TEST_HF_COMPILE=1 runs it")
+                           "took 19 min for both models under inductor on 2 shared CPU "
+                           "cores; NORMLAB_TEST_HF_COMPILE=1 runs it")
 @pytest.mark.filterwarnings("ignore:.*should not be instantiated:DeprecationWarning")
 @pytest.mark.filterwarnings("ignore:.*script_method. is deprecated:DeprecationWarning")
 # dynamo reads `.grad` of the non-leaf tensors it wraps after a graph break (a torch warning)
