@@ -1,6 +1,7 @@
 """normlab in a PyTorch training loop: convert a model, train with a recipe, then DDP and FSDP2.
 
-Run: python examples/torch_training.py  (CPU is enough; a few seconds)
+Run: python examples/torch_training.py  (CPU is enough; measured: 25 s of CPU time, 51-62 s
+wall on 2 CPU cores shared with other jobs at a load average of 5 to 8)
 """
 
 import gc

@@ -41,12 +41,12 @@ pytest.importorskip("torch")
 
 SCRIPT = textwrap.dedent(
     """
-    import gc, json, sys
+    import contextlib, gc, json, sys
     import torch
     import torch.distributed as dist
     import torch.multiprocessing as mp
     from torch.distributed.fsdp import fully_shard
-    from normlab.torch import QuantLinear, convert
+    from normlab.torch import QuantLinear, convert, training_step
     from normlab.torch._extra_state import unpack_extra_state
     from normlab.torch.recipes import Fp8CurrentRecipe, Fp8DelayedRecipe
 
@@ -74,6 +74,19 @@ SCRIPT = textwrap.dedent(
             opt.zero_grad()
             loss = ((net(x) - y) ** 2).sum() / batch
             loss.backward()
+            opt.step()
+        del opt
+
+    def train_accumulated(ddp, x, y, lr, batch, micro=2):
+        # gradient accumulation: each rank's rows in two micro-batches, one scale update per
+        # step, gradients all-reduced once (no_sync for the first micro-batch)
+        opt = torch.optim.SGD(ddp.parameters(), lr=lr)
+        for _ in range(STEPS):
+            opt.zero_grad()
+            with training_step(ddp):
+                for i, (xs, ys) in enumerate(zip(x.chunk(micro), y.chunk(micro))):
+                    with ddp.no_sync() if i < micro - 1 else contextlib.nullcontext():
+                        (((ddp(xs) - ys) ** 2).sum() / batch).backward()
             opt.step()
         del opt
 
@@ -120,6 +133,11 @@ SCRIPT = textwrap.dedent(
             train(wrapped, x[rows], y[rows], LR, 32)  # the local mean loss
             out[f"{how}-mean"] = state(net)
             del wrapped, net
+        net = model(RECIPES["delayed"])
+        wrapped = wrap(net, "ddp")
+        train_accumulated(wrapped, x[rows], y[rows], LR * WORLD, 64)
+        out["ddp-accumulated"] = state(net)
+        del wrapped, net
         gc.collect()
         dist.destroy_process_group()
         with open(path + f".{rank}.json", "w") as f:
@@ -206,3 +224,16 @@ def test_without_amax_reduction_ranks_use_different_scales(runs: dict[str, dict]
     diff = max(float(np.max(np.abs(np.array(r0[k]) - np.array(single[k])))) for k in single
                if k.endswith("weight"))
     assert diff > 1e-4
+
+
+def test_accumulation_over_ranks_and_micro_batches_matches_one_process(
+        runs: dict[str, dict]) -> None:
+    # 2 ranks x 2 micro-batches in training_step: the step's amax is the max over all four
+    # quarters of the batch, reduced once per step, as the one-process run's whole batch
+    r0, r1 = runs["0"]["ddp-accumulated"], runs["1"]["ddp-accumulated"]
+    single = runs["single"]["delayed"]
+    assert r0.keys() == single.keys()
+    for key in single:
+        np.testing.assert_array_equal(np.array(r0[key]), np.array(r1[key]), err_msg=key)
+        np.testing.assert_allclose(np.array(r0[key]), np.array(single[key]), rtol=1e-5,
+                                   atol=1e-6, err_msg=key)

@@ -58,6 +58,7 @@ from normlab.torch.recipes import (
     MXRecipe,
     NVFP4Recipe,
 )
+from normlab.torch.steps import training_step
 from normlab.torch.switch import no_quantization, quantization_enabled
 
 __all__ += [
@@ -74,5 +75,6 @@ __all__ += [
     "convert",
     "no_quantization",
     "quantization_enabled",
+    "training_step",
     "unconvert",
 ]

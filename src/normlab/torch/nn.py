@@ -18,10 +18,17 @@ recipe's settings, updated by the same functions
 ([record_amax][normlab.precision.scales.record_amax],
 [delayed_update][normlab.precision.scales.delayed_update]: TE 2.x's fused update by
 default, `update="unfused"` for TE's other path). A quantisation uses the current scale and
-records its amax into history slot 0 (running max); every training forward first reduces
-slot 0 with MAX over the process group, computes the new scales and rolls the history, if
-amaxes were recorded since the last update. A state dict without the extra state (a
-checkpoint of the model before `convert`) loads strictly and keeps the state.
+records its amax into history slot 0 (running max). The scales update once per step, at the
+first training forward of the next one: it reduces slot 0 with MAX over the process group,
+computes the new scales and rolls the history, if amaxes were recorded since the last
+update. A step is one training forward (and its backward) by default, Transformer Engine's
+one `autocast` region per forward; inside
+[training_step][normlab.torch.steps.training_step] it is the whole region (gradient
+accumulation: one update for all micro-batches). A forward recomputed during the backward
+(activation checkpointing, [recomputing][normlab.torch.recompute.recomputing]) updates
+nothing and records nothing: it repeats the original forward with the same scales. A state
+dict without the extra state (a checkpoint of the model before `convert`) loads strictly and
+keeps the state.
 
 Input that is not floating point (integer, bool, complex) goes to `torch.nn.Linear`'s own
 computation, which raises as it does for an `nn.Linear`; an empty batch returns an empty
@@ -50,6 +57,7 @@ from normlab.torch._extra_state import pack_extra_state, unpack_extra_state
 from normlab.torch._gemm import ROLES, QuantLinearFunction
 from normlab.torch.distributed import reduce_amax
 from normlab.torch.namespace import TORCH
+from normlab.torch.recompute import recomputing
 from normlab.torch.switch import quantization_enabled
 
 __all__ = ["QuantLinear"]
@@ -101,6 +109,8 @@ class QuantLinear(torch.nn.Linear):
     """
 
     _plain_class: type | None = None  # the class convert replaced (None: torch.nn.Linear)
+    _steps_open = 0  # training_step regions around this layer (the outermost one counts)
+    _step_started = False  # a training forward ran in the open region (scales updated)
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
                  recipe: Recipe, process_group: Any | None = None, seed_stream: int = 0,
@@ -221,7 +231,9 @@ class QuantLinear(torch.nn.Linear):
         fmt = r.format_for("backward" if ROLES[index] == "dy" else "forward")
         assert self.scale is not None and self.amax_history is not None
         out = ops.per_tensor(t, fmt, self.scale[index])
-        if self.training:
+        # dy is quantised in the backward pass; x and W in a forward, which during a backward
+        # pass is a recomputation (checkpointing) that must leave the history alone
+        if self.training and (ROLES[index] == "dy" or not recomputing()):
             amax = core.tensor_amax(t, xp=TORCH)
             row = self.amax_history[index]  # L
             self.amax_history[index] = scales.record_amax(row, amax, xp=TORCH)
@@ -241,9 +253,44 @@ class QuantLinear(torch.nn.Linear):
         self.scale[index] = scale
         return ops.per_tensor(t, fmt, scale)
 
+    def enter_step(self) -> None:
+        """Open a [training_step][normlab.torch.steps.training_step] region around this layer.
+
+        Until the matching [exit_step][normlab.torch.nn.QuantLinear.exit_step], only the
+        first training forward may update the scales (the outermost region counts).
+        """
+        if self._steps_open == 0:
+            self._step_started = False
+        self._steps_open += 1
+
+    def exit_step(self) -> None:
+        """Close the region that [enter_step][normlab.torch.nn.QuantLinear.enter_step] opened."""
+        self._steps_open = max(self._steps_open - 1, 0)
+
+    def begin_forward(self) -> None:
+        """What a training forward does before it quantises: close the previous step.
+
+        The scales update here, once per step: at every training forward by default, at the
+        first one in an open [training_step][normlab.torch.steps.training_step] region. A
+        forward recomputed during the backward pass
+        ([recomputing][normlab.torch.recompute.recomputing]) belongs to the step of the
+        forward it repeats and changes nothing.
+        """
+        if not self.training or recomputing():
+            return
+        if not (self._steps_open and self._step_started):
+            self.update_scales()
+            if self._steps_open:  # only then: no attribute write (a traced side effect) outside
+                self._step_started = True
+
     def update_scales(self) -> None:
-        """End of a step for delayed scaling: reduce slot 0, then per operand the update of
-        [Fp8Meta.update][normlab.precision.Fp8Meta.update] (new scale, rolled history)."""
+        """End a step of delayed scaling: reduce the amaxes, compute new scales, roll.
+
+        Slot 0 of the history is MAX-reduced over the process group, then each operand gets
+        the update of [Fp8Meta.update][normlab.precision.Fp8Meta.update] (new scale, rolled
+        history). Does nothing for other recipes, or when no amax was recorded since the last
+        update.
+        """
         r = self.recipe
         if not isinstance(r, Fp8DelayedRecipe) or not self.pending:
             return
@@ -289,8 +336,7 @@ class QuantLinear(torch.nn.Linear):
                              f"got shape {tuple(x.shape)}")
         if x.numel() == 0:
             return self._empty(x)
-        if self.training:
-            self.update_scales()
+        self.begin_forward()
         x2 = x.reshape(-1, self.in_features)  # M,K
         y = QuantLinearFunction.apply(x2, self._gemm_weight(), self.bias, self)  # M,N
         # a 2-D result is returned as it is, not as a view (FSDP2 warns about views)
