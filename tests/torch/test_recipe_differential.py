@@ -2,7 +2,8 @@
 = the independent oracle, bit for bit (tolerance 0, NaN bit patterns included).
 
 The harness is ``recipe_differential.py``: 14 recipe settings x 7 input kinds x 6 operands
-(x, W in forward; dy, W in dgrad; dy, x in wgrad) with four paths each; delayed scaling over
+(x, W in forward; dy, W in dgrad; dy, x in wgrad) with five paths each (QuantLinear by its
+CPU fast path and by the shared arithmetic in torch ops), as float32 and bfloat16 models; delayed scaling over
 amax traces with zero, NaN and inf steps for history lengths 1, 2, 4 and 1024, both
 algorithms, both updates and three margins; bfloat16 input to blockwise FP8. The inputs hit
 zero blocks and a zero 16 x 16 tile, NaN and inf inside blocks, ragged shapes (40 x 72,
@@ -25,6 +26,14 @@ from normlab.precision import Fp8DelayedRecipe  # noqa: E402
 @pytest.mark.parametrize("recipe", sorted(diff.RECIPES))
 def test_operands_agree(recipe: str, kind: str) -> None:
     assert diff.operand_mismatches(recipe, kind) == []
+
+
+@pytest.mark.parametrize("kind", diff.INPUTS)
+@pytest.mark.parametrize("recipe", sorted(diff.RECIPES))
+def test_bf16_model_operands_agree(recipe: str, kind: str) -> None:
+    # the layer reads bfloat16 operands (the fast path in place, 16-bit patterns); every
+    # other path sees their float32 values
+    assert diff.operand_mismatches(recipe, kind, "bfloat16") == []
 
 
 @pytest.mark.parametrize("margin", [0, 2, -3])

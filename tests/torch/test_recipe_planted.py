@@ -28,8 +28,9 @@ from normlab.precision import (  # noqa: E402
     scales,
 )
 from normlab.precision.namespace import F32_MAX, NUMPY, ArrayNamespace  # noqa: E402
-from normlab.torch import _gemm  # noqa: E402
+from normlab.torch import _gemm, _operand_ops  # noqa: E402
 from normlab.torch import _operands as ops  # noqa: E402
+from normlab.torch._fastround import round_elements  # noqa: E402
 from normlab.torch import scaling as tscaling  # noqa: E402
 from normlab.torch.namespace import TORCH, TorchNamespace  # noqa: E402
 
@@ -244,8 +245,8 @@ def test_layer_hadamard_of_another_seed(monkeypatch):
 
 
 def test_layer_stochastic_streams_swapped(monkeypatch):
-    real = _gemm.stream_seed
-    monkeypatch.setattr(_gemm, "stream_seed", lambda s, c, which: real(s, c, 1 - which))
+    real = _operand_ops.stream_seed
+    monkeypatch.setattr(_operand_ops, "stream_seed", lambda s, c, which: real(s, c, 1 - which))
     assert diff.operand_mismatches("nvfp4", "spread")
 
 
@@ -266,7 +267,7 @@ def test_old_layer_mx_operand_finite_for_an_infinity(monkeypatch):
         amax = b.abs().amax(dim=-1, keepdim=True)
         _, ex = torch.frexp(torch.where(amax > 0, amax, torch.ones_like(amax)))
         e = torch.where(amax > 0, ex - 1 - fmt.emax, torch.full_like(ex, -127)).clamp(-127, 127)
-        q = ops.round_elements(torch.ldexp(b, -e), fmt, saturate=True)
+        q = round_elements(torch.ldexp(b, -e), fmt, saturate=True)
         return torch.ldexp(q, e).reshape(b.shape[0], -1)[:, :n].movedim(-1, axis)
     monkeypatch.setattr(ops, "mx_blocks", old_mx_blocks)
     mismatches = diff.operand_mismatches("mx_e4m3_e5m2", "inf_block")
