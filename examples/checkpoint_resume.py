@@ -6,7 +6,7 @@ without stopping, then again with a checkpoint after step 6 written to disk, eve
 rebuilt from scratch (other seeds) and loaded in PyTorch's order. The two runs must agree
 bit for bit, step for step.
 
-Run: ``python examples/checkpoint_resume.py`` (prints one line per step and "identical").
+Run: `python examples/checkpoint_resume.py` (prints one line per step and "identical").
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
 """FP8 delayed scaling on a linear layer, as Transformer Engine does it, beside current scaling.
 
-The layer computes ``y = x @ W.T`` with both operands cast to E4M3 (the forward format of the
-HYBRID recipe). Under delayed scaling each operand has an ``Fp8Meta``: the scale used at step
+The layer computes `y = x @ W.T` with both operands cast to E4M3 (the forward format of the
+HYBRID recipe). Under delayed scaling each operand has an `Fp8Meta`: the scale used at step
 t comes from the amax history of earlier steps, and this step's amax is recorded for the next
-(``meta.quantize`` then ``meta.update``). Current scaling computes the scale from the tensor
+(`meta.quantize` then `meta.update`). Current scaling computes the scale from the tensor
 itself. The input grows 1.5x per step, so the delayed scale lags: the largest scaled values
 fall beyond E4M3's 448 and are clipped (the recipe saturates, as Transformer Engine's casts do).
 
-Run: ``python examples/fp8_delayed_scaling.py``; prints the relative error of both recipes
+Run: `python examples/fp8_delayed_scaling.py`; prints the relative error of both recipes
 per step and checks that current scaling never clips while delayed scaling does, and pays for
 it in error.
 """

@@ -2,11 +2,11 @@
 loss scaling.
 
 The model (a two-layer MLP with LayerNorm) computes with weights rounded to bfloat16; the
-float32 masters and AdamW's state live in ``MasterWeights`` and receive every small update;
-``DynamicLossScaler`` scales the loss (as GradScaler does) and ``mixed_precision_step``
+float32 masters and AdamW's state live in `MasterWeights` and receive every small update;
+`DynamicLossScaler` scales the loss (as GradScaler does) and `mixed_precision_step`
 unscales, skips a step on overflow, clips, steps and refreshes the bf16 copy.
 
-Run: ``python examples/mixed_precision_loop.py``; prints the loss every 50 steps and
+Run: `python examples/mixed_precision_loop.py`; prints the loss every 50 steps and
 checks that the run learned (final loss well below the first).
 """
 

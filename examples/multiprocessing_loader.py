@@ -1,16 +1,16 @@
 """normlab in worker processes: a process pool and a minimal data-loader pattern.
 
-Workers quantize batches to fp8 and normalise them, as a data loader's ``collate`` step
-might. Each worker gets its own seed (``SeedSequence.spawn``), so stochastic rounding is
+Workers quantize batches to fp8 and normalise them, as a data loader's `collate` step
+might. Each worker gets its own seed (`SeedSequence.spawn`), so stochastic rounding is
 reproducible and independent across workers, and the results are the same as computing the
 batches in the parent, bit for bit.
 
 The batches are computed three ways and must agree bit for bit: in this process, in a
-``spawn`` pool (works everywhere; each worker gets its own kernel threads) and, where the
-platform has it, in a ``fork`` pool made after this process already ran the kernels (Linux's
+`spawn` pool (works everywhere; each worker gets its own kernel threads) and, where the
+platform has it, in a `fork` pool made after this process already ran the kernels (Linux's
 default, and what PyTorch's DataLoader workers use). See "Running normlab in production".
 
-Run: ``python examples/multiprocessing_loader.py``.
+Run: `python examples/multiprocessing_loader.py`.
 """
 
 from __future__ import annotations

@@ -1,15 +1,15 @@
 """Quantize one tensor to every named format and plot the relative error against magnitude.
 
 Values spread log-uniformly over 2^-30 .. 2^20 (both signs) are rounded to nearest-even in
-each format of ``normlab.precision.NAMED_FORMATS`` (the unsigned E8M0 scale format gets the
-magnitudes). The plot shows each format's window: flat relative error ``~2^-(M+1)`` inside
+each format of `normlab.precision.NAMED_FORMATS` (the unsigned E8M0 scale format gets the
+magnitudes). The plot shows each format's window: flat relative error `~2^-(M+1)` inside
 its normal range, growing through the subnormals, 100% where values flush to zero, and
-overflow (inf, NaN or the clipped maximum with ``saturate=True``) above its maximum.
+overflow (inf, NaN or the clipped maximum with `saturate=True`) above its maximum.
 
-Run: ``python examples/quantize_every_format.py [OUT.png]`` (default
-``quantize_error.png`` in the current folder); prints one line per format and checks every
-format's median relative error in its normal range against half the gap, ``2^-(M+1)``, the
-largest error round-to-nearest can make relative to a value in ``[1, 2) * 2^e``.
+Run: `python examples/quantize_every_format.py [OUT.png]` (default
+`quantize_error.png` in the current folder); prints one line per format and checks every
+format's median relative error in its normal range against half the gap, `2^-(M+1)`, the
+largest error round-to-nearest can make relative to a value in `[1, 2) * 2^e`.
 """
 
 from __future__ import annotations

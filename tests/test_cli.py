@@ -64,7 +64,7 @@ def test_report_only_runs_the_selection(tmp_path, capsys):
     data = json.loads((tmp_path / "metrics.json").read_text())
     assert list(data["experiments"]) == ["invariance", "dropout_stats"]  # report order
     assert data["settings"] == {"size": "quick", "seed": 2}
-    assert "2 of 2 experiments passed" in capsys.readouterr().out
+    assert "2 PASS · 0 FAIL" in capsys.readouterr().out
 
 
 def test_formats_prints_the_table(capsys):

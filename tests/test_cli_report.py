@@ -222,9 +222,8 @@ def _assert_interrupted_cleanly(proc: subprocess.Popen[str], out: Path, before: 
     assert proc.returncode == 130, err
     assert "interrupted" in err and "Traceback" not in err
     assert _snapshot(out) == before  # the previous report, byte for byte
-    assert sorted(p.name for p in out.parent.iterdir() if p.name.startswith(".rep")) == [
-        ".rep.lock"
-    ]  # no staged folder left behind
+    leftovers = sorted(p.name for p in out.parent.iterdir() if p.name.startswith(".rep"))
+    assert leftovers == []  # no staged folder and no lock file left behind
 
 
 def test_ctrl_c_while_experiments_run_keeps_the_previous_report(tmp_path):
@@ -302,3 +301,37 @@ def test_a_report_folder_keeps_the_single_runs_inside_it(tmp_path, monkeypatch, 
     assert main(["report", "--only", "dropout_stats"]) == 0  # and again: nothing foreign
     assert (report / "invariance" / "report.md").is_file()
     capsys.readouterr()
+
+
+def test_a_report_leaves_no_lock_file_and_counts_each_verdict(tmp_path, monkeypatch, capsys):
+    _inject_fakes(monkeypatch, tmp_path / "marker")
+    monkeypatch.chdir(tmp_path)
+    assert main(["report", "--only", "invariance,dropout_stats"]) == 0
+    assert main(["run", "invariance"]) == 0  # a sub-report swaps inside normlab-report/
+    hidden = sorted(p.name for p in tmp_path.rglob(".*") if p.name != ".marker")
+    assert hidden == []  # no .normlab-report.lock, no .invariance.lock, no staging folder
+    out = capsys.readouterr().out
+    assert "2 PASS · 0 FAIL" in out and "1 PASS · 0 FAIL" in out
+    assert "experiments passed" not in out  # the old "8 of 13 passed" read as 5 failures
+
+
+def test_the_summary_counts_not_reproduced_skipped_and_errors_apart():
+    from types import SimpleNamespace as Outcome
+
+    from normlab.lab.render import verdict_summary
+
+    hint = 'lowp_training needs PyTorch: pip install ".[torch]"  (from the normlab source tree)'
+    outcomes = (
+        [Outcome(status="pass", error=None)] * 8
+        + [Outcome(status="not reproduced", error=None)] * 4
+        + [Outcome(status="skipped", error=hint)]
+    )
+    assert verdict_summary(outcomes) == (
+        '8 PASS · 4 NOT REPRODUCED · 1 SKIPPED (pip install ".[torch]") · 0 FAIL'
+    )
+    errored = [Outcome(status="error", error="Traceback ..."), Outcome(status="fail", error=None)]
+    assert verdict_summary(errored) == "0 PASS · 1 ERROR · 1 FAIL"
+    # a status the runner may add later (INCONCLUSIVE) is counted, not dropped
+    assert verdict_summary([Outcome(status="inconclusive", error=None)]) == (
+        "0 PASS · 1 INCONCLUSIVE · 0 FAIL"
+    )

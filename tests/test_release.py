@@ -150,7 +150,7 @@ def test_wheel_and_sdist_build_check_and_smoke_install(tmp_path):
         [normlab_cmd, "report", "--quick", "--only", FAST_EXPERIMENTS, "--out", "rep"],
         cwd=work, env=env,
     )  # fmt: skip
-    assert "4 of 4 experiments passed" in report.stdout
+    assert "4 PASS · 0 FAIL" in report.stdout
     assert (work / "rep" / "report.html").is_file() and (work / "rep" / "metrics.json").is_file()
 
 

@@ -1,17 +1,21 @@
-"""Build hooks of the documentation site (mkdocs ``hooks:``), so generated pages stay true.
+"""Build hooks of the documentation site (mkdocs `hooks:`), so generated pages stay true.
 
-* Math: ``pymdownx.arithmatex`` (generic mode) marks ``$...$`` and ``$$...$$``; after
-  markdown, each formula is rendered to MathML here with ``latex2mathml`` (pure Python), so
-  pages need no JavaScript, no font download and no internet.
-* The lab: one page per experiment of :data:`normlab.lab.experiments.EXPERIMENTS` (title,
-  what it checks, the breaks it ``DETECTS``, its figures under ``docs/figures/``, and its
-  module's docstring and public names through mkdocstrings), plus an index.
-* Exercises 16.1-16.4: the text ``normlab exercise 16.x`` prints, computed now.
-* API reference: one page per public module (``::: module`` directives, so every name in
-  each ``__all__`` appears without editing the page).
+* Math: `pymdownx.arithmatex` (generic mode) marks `$...$` and `$$...$$`; after
+  markdown, each formula is rendered to MathML here with `latex2mathml` (pure Python), so
+  pages need no JavaScript, no font download and no internet. A display formula sits in a
+  box of its own that scrolls sideways on a narrow screen (`docs/stylesheets/normlab.css`).
+* The lab: one page per experiment of `normlab.lab.experiments.EXPERIMENTS`, made from the
+  committed report `docs/lab/report/metrics.json` (verdict, seed, time, machine, every
+  claim with its source, criterion and measurement, the figures), plus an index that is
+  the README's lab table (`lab_pages.py`).
+* Exercises 16.1-16.4: the chapter's question, then the text `normlab exercise 16.x`
+  prints, computed now.
+* API reference: one page per public module (`::: module` directives, so every name in
+  each `__all__` appears without editing the page).
 * Conventions: the README's "Conventions" section, so the table lives in one place.
-* ``{{ bits VALUE FORMAT }}`` in a page becomes the ``bit_layout`` diagram, computed now.
-* Pages written by other parts of the project (``torch.md``, ``production.md``, the
+* Changelog: `CHANGELOG.md` itself.
+* `{{ bits VALUE FORMAT }}` in a page becomes the `bit_layout` diagram, computed now.
+* Pages written by other parts of the project (`torch.md`, `production.md`, the
   checkpoint example) join the navigation when their files exist.
 """
 
@@ -28,6 +32,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT / "src") not in sys.path:  # document the tree being built, not another install
     sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import lab_pages  # noqa: E402  (the lab's pages and the README's table: one source)
 
 API_MODULES = {  # page -> (title, modules rendered on it)
     "api/core.md": ("normlab (functional core)", ["normlab", "normlab.gradcheck"]),
@@ -175,70 +181,40 @@ def _api_page(title: str, modules: list[str]) -> str:
     return "\n".join(parts)
 
 
-def _rst_to_md(text: str) -> str:
-    return re.sub(r"``([^`]+)``", r"`\1`", text)
+def _lab_figures(name: str) -> list[str]:
+    """The committed figures of experiment `name`, relative to its page (lab/NAME.html)."""
+    folder = lab_pages.REPORT / "figures"
+    return [f"report/figures/{p.name}" for p in sorted(folder.glob(f"{name}-*.png"))]
 
 
-def _lab_page(name: str, description: str) -> str:
+def _lab_page(name: str, description: str, report: dict[str, Any]) -> str:
     module = importlib.import_module(f"normlab.lab.experiments.{name}")
-    title = getattr(module, "TITLE", description)
-    lines = [f"# {title}\n", f"*{description}*\n"]
-    lines.append(
-        f"Run it: `normlab run {name}` (or `--quick`, `--full`, `--seed N`); source: "
-        f"`src/normlab/lab/experiments/{name}.py`. The report puts each claim of the paper "
-        "beside the value measured here, with its pass criterion.\n"
+    detects = tuple(str(d) for d in getattr(module, "DETECTS", ()))
+    return lab_pages.lab_page(
+        name, description, str(getattr(module, "TITLE", description)), detects, report,
+        _lab_figures(name),
     )
-    detects = getattr(module, "DETECTS", None)
-    lines.append("## Breaks it detects\n")
-    if detects:
-        lines += [f"- {_rst_to_md(str(item))}" for item in detects] + [""]
-    else:
-        lines.append("This experiment does not declare its `DETECTS` yet.\n")
-    figures = sorted((ROOT / "docs" / "figures").glob(f"{name}-*.png"))
-    if figures:
-        lines.append("## Figures\n")
-        lines.append(
-            "From the default report (`normlab report`), as committed with this documentation.\n"
-        )
-        for fig in figures:
-            stem = fig.stem.removeprefix(f"{name}-").replace("_", " ")
-            lines.append(f"![{name}: {stem}](../figures/{fig.name})\n")
-    lines.append("## Claim, source and criterion\n")
-    lines.append(
-        f"::: normlab.lab.experiments.{name}\n"
-        "    options:\n      show_root_heading: false\n      heading_level: 3\n"
-    )
-    return "\n".join(lines)
-
-
-def _lab_index(experiments: dict[str, str]) -> str:
-    lines = [
-        "# The lab\n",
-        "Each experiment reproduces a claim of a paper the chapter cites and states the "
-        "claim, the measured value and the pass criterion side by side. `normlab report` runs "
-        "them all and writes `report.html`, `report.md`, `metrics.json` and the figures; "
-        "`normlab run NAME` runs one.\n",
-        "| # | experiment | what it checks |",
-        "|---|---|---|",
-    ]
-    for i, (name, text) in enumerate(experiments.items(), 1):
-        lines.append(f"| {i} | [`{name}`]({name}.md) | {text} |")
-    return "\n".join(lines) + "\n"
 
 
 def _exercises() -> str:
-    from normlab.lab.exercises import exercise_text
+    from normlab.lab.exercises import QUESTIONS, exercise_text
 
     lines = [
         "# Exercises 16.1-16.4\n",
-        "The chapter's exercises, solved with normlab. Each block below is what "
-        "`normlab exercise 16.x` prints; it was computed when this site was built, so the "
-        "numbers are the library's, not copied.\n",
+        "The chapter's exercises, solved with normlab: each states the chapter's question, "
+        "then what `normlab exercise 16.x` prints. The output was computed when this site was "
+        "built, so the numbers are the library's, not copied.\n",
     ]
-    for number in ("16.1", "16.2", "16.3", "16.4"):
-        lines += [f"## Exercise {number}\n", "```console", f"$ normlab exercise {number}"]
-        lines += [exercise_text(number), "```", ""]
+    for number, (title, question) in QUESTIONS.items():
+        lines += [f"## Exercise {number} {title}\n", "!!! question \"The question\"\n"]
+        lines += [f"    {question}\n"]
+        lines += ["```console", f"$ normlab exercise {number}", exercise_text(number), "```", ""]
     return "\n".join(lines)
+
+
+def _changelog() -> str:
+    """CHANGELOG.md as a page: the file itself, so the page is never a copy."""
+    return (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
 
 
 def _conventions() -> str:
@@ -254,11 +230,13 @@ def on_files(files: Any, config: Any) -> Any:
 
     generated = {page: _api_page(t, m) for page, (t, m) in _api_pages().items()}
     experiments = _experiments()
-    generated["lab/index.md"] = _lab_index(experiments)
+    report = lab_pages.load_report()
+    generated["lab/index.md"] = lab_pages.lab_index(report, experiments)
     for name, text in experiments.items():
-        generated[f"lab/{name}.md"] = _lab_page(name, text)
+        generated[f"lab/{name}.md"] = _lab_page(name, text, report)
     generated["exercises.md"] = _exercises()
     generated["conventions.md"] = _conventions()
+    generated["changelog.md"] = _changelog()
     if (ROOT / "examples" / "checkpoint_resume.py").is_file():
         generated["howto/checkpoint.md"] = (
             "# Checkpoint and resume\n\nThe whole script (`examples/checkpoint_resume.py`, run "
@@ -282,6 +260,10 @@ def _bits(match: re.Match[str]) -> str:
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    if "{{ report_time }}" in markdown:  # the one measured time the pages quote
+        markdown = markdown.replace(
+            "{{ report_time }}", lab_pages.report_time(lab_pages.load_report())
+        )
     return _BITS.sub(_bits, markdown)
 
 
@@ -292,7 +274,10 @@ _BLOCK = re.compile(r'<div class="arithmatex">\\\[(.*?)\\\]</div>', re.S)
 def _mathml(tex: str, display: str) -> str:
     from latex2mathml.converter import convert
 
-    return convert(html.unescape(tex).strip(), display=display)
+    mathml = convert(html.unescape(tex).strip(), display=display)
+    if display == "block":  # a box of its own, which scrolls sideways on a narrow screen
+        return f'<div class="nl-math" tabindex="0">{mathml}</div>'
+    return mathml
 
 
 def on_page_content(html_text: str, page: Any, config: Any, files: Any) -> str:

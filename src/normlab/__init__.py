@@ -1,12 +1,12 @@
 """normlab: normalization, residual streams, dropout and low-precision arithmetic.
 
-The functional core (``*_forward`` / ``*_backward`` pairs) is re-exported here; layers live
-in :mod:`normlab.nn`, float formats and mixed precision in :mod:`normlab.precision`,
-checkpoint files in :mod:`normlab.checkpoint` (``normlab.checkpoint.save/load``).
-``normlab.gradcheck`` is the finite-difference checker: the module
-:mod:`normlab.gradcheck` (``import normlab.gradcheck as m`` gives it, with ``m.gradcheck``
-and ``m.GradcheckError``), itself callable as its function, so ``normlab.gradcheck(...)``
-and ``from normlab import gradcheck; gradcheck(...)`` run the check.
+The functional core (`*_forward` / `*_backward` pairs) is re-exported here; layers live
+in [normlab.nn][], float formats and mixed precision in [normlab.precision][],
+checkpoint files in [normlab.checkpoint][] (`normlab.checkpoint.save/load`).
+`normlab.gradcheck` is the finite-difference checker: the module
+[normlab.gradcheck][] (`import normlab.gradcheck as m` gives it, with `m.gradcheck`
+and `m.GradcheckError`), itself callable as its function, so `normlab.gradcheck(...)`
+and `from normlab import gradcheck; gradcheck(...)` run the check.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ else:  # the module, callable as its function (see normlab/gradcheck.py)
     from normlab import gradcheck
 
 __version__ = "0.1.0"
+"""The version of normlab (the package metadata reads it from here)."""
 
 __all__ = [
     "BatchNormCache",

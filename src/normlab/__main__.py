@@ -1,4 +1,4 @@
-"""``python -m normlab`` is the ``normlab`` command."""
+"""`python -m normlab` is the `normlab` command."""
 
 from __future__ import annotations
 

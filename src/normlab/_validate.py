@@ -2,8 +2,8 @@
 
 Contract: every public function of normlab calls these helpers *before* it touches any
 state (running statistics, optimizer moments, scaler counters), so a rejected call changes
-nothing. Each helper raises a builtin exception (``TypeError`` for the wrong kind of
-object or dtype, ``ValueError`` for a wrong value or shape) whose message names the
+nothing. Each helper raises a builtin exception (`TypeError` for the wrong kind of
+object or dtype, `ValueError` for a wrong value or shape) whose message names the
 argument, echoes what was received and says what is allowed.
 """
 
@@ -105,10 +105,10 @@ def _describe(x: Any) -> str:
 
 
 def as_float_array(x: Any, name: str, *, min_ndim: int = 0) -> np.ndarray:
-    """Return ``x`` as a real floating ndarray without copying when it already is one.
+    """Return `x` as a real floating ndarray without copying when it already is one.
 
     Lists and scalars of Python floats are converted (to float64). Integer, boolean,
-    complex and object inputs raise ``TypeError``: normalising integers silently would hide
+    complex and object inputs raise `TypeError`: normalising integers silently would hide
     a caller's bug, and complex inputs have no ordering for the statistics.
     """
     if isinstance(x, np.ndarray):
@@ -135,7 +135,7 @@ def as_float_array(x: Any, name: str, *, min_ndim: int = 0) -> np.ndarray:
 
 
 def optional_float_array(x: Any, name: str) -> np.ndarray | None:
-    """Like :func:`as_float_array` but passes ``None`` through (no affine / no bias)."""
+    """Like `as_float_array` but passes `None` through (no affine / no bias)."""
     return None if x is None else as_float_array(x, name)
 
 
@@ -149,7 +149,7 @@ def optional_grad(grad: Any, shape: Sequence[int], name: str) -> np.ndarray | No
 
 
 def check_shape(arr: np.ndarray, expected: Sequence[int], name: str, what: str) -> None:
-    """Raise ``ValueError`` unless ``arr.shape == expected``; ``what`` says why it must."""
+    """Raise `ValueError` unless `arr.shape == expected`; `what` says why it must."""
     if tuple(arr.shape) != tuple(expected):
         raise ValueError(
             f"{name} must have shape {tuple(expected)} ({what}); got shape {tuple(arr.shape)}"
@@ -175,7 +175,7 @@ def check_eps(eps: Any, name: str = "eps") -> float:
 
 
 def check_probability(p: Any, name: str, *, allow_one: bool = False) -> float:
-    """A probability in [0, 1) (or [0, 1] with ``allow_one``); NaN is rejected."""
+    """A probability in [0, 1) (or [0, 1] with `allow_one`); NaN is rejected."""
     if isinstance(p, (bool, np.bool_)) or not isinstance(p, numbers.Real):
         raise TypeError(f"{name} must be a real number in [0, 1); got {_describe(p)}")
     v = float(p)
@@ -187,7 +187,7 @@ def check_probability(p: Any, name: str, *, allow_one: bool = False) -> float:
 
 
 def check_int(value: Any, name: str, *, minimum: int | None = None) -> int:
-    """An integer (bools rejected), optionally at least ``minimum``."""
+    """An integer (bools rejected), optionally at least `minimum`."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an integer; got {_describe(value)}")
     v = int(value)
@@ -197,7 +197,7 @@ def check_int(value: Any, name: str, *, minimum: int | None = None) -> int:
 
 
 def check_generator(rng: Any, name: str = "rng") -> np.random.Generator:
-    """Randomness is always passed in, as a ``numpy.random.Generator``."""
+    """Randomness is always passed in, as a `numpy.random.Generator`."""
     if not isinstance(rng, np.random.Generator):
         raise TypeError(
             f"{name} must be a numpy.random.Generator (e.g. numpy.random.default_rng(0)); "
@@ -207,9 +207,9 @@ def check_generator(rng: Any, name: str = "rng") -> np.random.Generator:
 
 
 def native_dtype(dtype: Any) -> np.dtype:
-    """``dtype`` in the machine's byte order: ``'>f8'`` gives float64 on a little-endian host.
+    """`dtype` in the machine's byte order: `'>f8'` gives float64 on a little-endian host.
 
-    Dtype decisions (``dt == np.float64``) are made on this, so an array read from a
+    Dtype decisions (`dt == np.float64`) are made on this, so an array read from a
     big-endian file is computed in the same precision as a native one; values keep their
     own byte order wherever they are written back.
     """
@@ -225,11 +225,11 @@ def check_bool(value: Any, name: str) -> bool:
 
 
 def scalar_item(value: Any, name: str, *, allow_one_element: bool = False) -> Any:
-    """Unwrap a 0-d array (what ``np.load`` returns for a saved scalar) to a Python scalar.
+    """Unwrap a 0-d array (what `np.load` returns for a saved scalar) to a Python scalar.
 
-    With ``allow_one_element`` an array of exactly one element (any shape) is unwrapped too;
-    other arrays raise ``ValueError``. Non-arrays are returned unchanged for the caller's own
-    check (``check_finite_real``, ``check_int``, ``check_bool``).
+    With `allow_one_element` an array of exactly one element (any shape) is unwrapped too;
+    other arrays raise `ValueError`. Non-arrays are returned unchanged for the caller's own
+    check (`check_finite_real`, `check_int`, `check_bool`).
     """
     if not isinstance(value, np.ndarray):
         return value
@@ -256,7 +256,7 @@ def check_positive(value: Any, name: str) -> float:
 
 
 def check_writeable(arr: Any, name: str, why: str = "it is updated in place") -> np.ndarray:
-    """An ndarray that can be written in place; ``why`` says what writes it."""
+    """An ndarray that can be written in place; `why` says what writes it."""
     if not isinstance(arr, np.ndarray):
         raise TypeError(f"{name} must be a numpy ndarray ({why}); got {_describe(arr)}")
     if not arr.flags.writeable:
@@ -266,13 +266,13 @@ def check_writeable(arr: Any, name: str, why: str = "it is updated in place") ->
 
 
 def check_out_tuple(out: Any, names: Sequence[str]) -> tuple[Any, ...] | None:
-    """An ``out=`` of several results: None, or a tuple with one entry per name (each entry
-    is then checked by :func:`check_out`).
+    """An `out=` of several results: None, or a tuple with one entry per name (each entry
+    is then checked by `check_out`).
 
     Raises
     ------
     TypeError
-        Not None and not a tuple of ``len(names)``; the message lists the names.
+        Not None and not a tuple of `len(names)`; the message lists the names.
     """
     if out is None:
         return None
@@ -284,10 +284,10 @@ def check_out_tuple(out: Any, names: Sequence[str]) -> tuple[Any, ...] | None:
 
 def check_out(out: Any, shape: tuple[int, ...], dtype: np.dtype, name: str = "out",
               inputs: Sequence[tuple[str, np.ndarray | None, bool]] = ()) -> np.ndarray | None:
-    """An ``out=`` buffer: None, or a writeable C-contiguous ndarray of ``shape`` and ``dtype``.
+    """An `out=` buffer: None, or a writeable C-contiguous ndarray of `shape` and `dtype`.
 
-    ``inputs`` lists ``(name, array, may_alias)``: ``out`` may be exactly the same memory as
-    an input whose ``may_alias`` is True (an elementwise op reads each element before it
+    `inputs` lists `(name, array, may_alias)`: `out` may be exactly the same memory as
+    an input whose `may_alias` is True (an elementwise op reads each element before it
     writes it), and must not overlap any other input, nor an aliasable one partially.
     """
     if out is None:
@@ -318,20 +318,20 @@ def check_out(out: Any, shape: tuple[int, ...], dtype: np.dtype, name: str = "ou
 
 
 def check_mapping(value: Any, name: str, what: str = "a state dict") -> Any:
-    """A mapping (dict-like), e.g. a state dict given to ``load_state_dict``."""
+    """A mapping (dict-like), e.g. a state dict given to `load_state_dict`."""
     if not isinstance(value, Mapping):
         raise TypeError(f"{name} must be a mapping ({what}); got {_describe(value)}")
     return value
 
 
 def as_native(arr: np.ndarray) -> np.ndarray:
-    """``arr`` in native byte order: itself when it already is, else a native copy.
+    """`arr` in native byte order: itself when it already is, else a native copy.
 
-    Kernels and dtype decisions work on native arrays; a big-endian ``'>f8'`` input becomes
+    Kernels and dtype decisions work on native arrays; a big-endian `'>f8'` input becomes
     a native float64 copy (same values), so it is computed in float64, never in float32.
 
-    Example
-    -------
+    Examples
+    --------
     >>> as_native(np.array([1.5], dtype=">f8")).dtype == np.float64
     True
     """
@@ -343,10 +343,10 @@ _TINY: dict[np.dtype, float] = {}  # np.finfo(dtype).tiny per dtype (finfo costs
 
 
 def check_eps_for(eps: float, dtype: Any, name: str = "eps") -> float:
-    """eps (already checked by :func:`check_eps`) must be a normal number of ``dtype``.
+    """eps (already checked by `check_eps`) must be a normal number of `dtype`.
 
-    Below ``np.finfo(dtype).tiny`` (1.2e-38 for float32, 2.2e-308 for float64) eps is
-    flushed or subnormal in the compute dtype and ``1/sqrt(var + eps)`` overflows for a
+    Below `np.finfo(dtype).tiny` (1.2e-38 for float32, 2.2e-308 for float64) eps is
+    flushed or subnormal in the compute dtype and `1/sqrt(var + eps)` overflows for a
     constant row, so the result would not be finite.
     """
     tiny = _TINY.get(dtype) if isinstance(dtype, np.dtype) else None
@@ -371,7 +371,7 @@ def as_shape(value: Any, name: str = "normalized_shape") -> tuple[int, ...]:
 
 
 def check_trailing(x: np.ndarray, shape: tuple[int, ...], layer: str) -> None:
-    """ValueError unless the trailing dims of x equal ``shape`` (a layer's normalized_shape)."""
+    """ValueError unless the trailing dims of x equal `shape` (a layer's normalized_shape)."""
     k = len(shape)
     if x.ndim < k or tuple(x.shape[x.ndim - k :]) != shape:
         raise ValueError(

@@ -1,17 +1,17 @@
-"""Save and load nested state dicts as one ``.npz`` file, without pickle.
+"""Save and load nested state dicts as one `.npz` file, without pickle.
 
-Contract: :func:`save` accepts any tree of dicts (str or int keys), lists and tuples whose
-leaves are NumPy arrays (numeric, bool or str dtypes), NumPy scalars and Python scalars
-(int, float, bool, str, None), e.g. ``{"model": model.state_dict(), "optimizer":
-opt.state_dict(), "rng": rng.bit_generator.state}``. Arrays are stored as the ``.npz``
-members (readable with ``np.load``, named after their path in the tree); the tree itself,
-with the Python scalars, is stored as one JSON string member. :func:`load` gives back the
-same tree: dicts with their key types, lists, tuples, arrays with their dtypes, Python
-scalars exactly (floats round-trip through ``repr``, ints of any size, so the 128-bit
-state of ``PCG64`` survives). No pickle either way: :func:`save` stores only arrays without
-objects (checked leaf by leaf, so ``np.savez`` has nothing to pickle; NumPy < 2.1's
-``savez`` has no ``allow_pickle`` argument and would store one as an array member), and
-:func:`load` reads with ``allow_pickle=False``: a checkpoint file cannot run code when loaded.
+Contract: [save][normlab.checkpoint.save] accepts any tree of dicts (str or int keys), lists and
+tuples whose leaves are NumPy arrays (numeric, bool or str dtypes), NumPy scalars and Python
+scalars (int, float, bool, str, None), e.g. `{"model": model.state_dict(), "optimizer":
+opt.state_dict(), "rng": rng.bit_generator.state}`. Arrays are stored as the `.npz` members
+(readable with `np.load`, named after their path in the tree); the tree itself, with the Python
+scalars, is stored as one JSON string member. [load][normlab.checkpoint.load] gives back the
+same tree: dicts with their key types, lists, tuples, arrays with their dtypes, Python scalars
+exactly (floats round-trip through `repr`, ints of any size, so the 128-bit state of `PCG64`
+survives). No pickle either way: `save` stores only arrays without objects (checked leaf by
+leaf, so `np.savez` has nothing to pickle; NumPy < 2.1's `savez` has no `allow_pickle`
+argument and would store one as an array member), and `load` reads with
+`allow_pickle=False`: a checkpoint file cannot run code when loaded.
 
 A path is written atomically: to a temporary file in the same folder, flushed to disk,
 then renamed over the target, so a crash never leaves a half-written checkpoint.
@@ -42,7 +42,7 @@ _SCALARS = (bool, int, float, str, type(None))
 
 
 class _Encoder:
-    """Walks a tree: arrays into ``self.arrays`` (by member name), the rest into JSON nodes."""
+    """Walks a tree: arrays into `self.arrays` (by member name), the rest into JSON nodes."""
 
     def __init__(self) -> None:
         self.arrays: dict[str, np.ndarray] = {}
@@ -99,26 +99,28 @@ def _decode(node: Any, arrays: Mapping[str, np.ndarray]) -> Any:
 
 
 def save(file: str | os.PathLike[str] | IO[bytes], state: Any) -> Path | None:
-    """Write ``state`` (a tree of dicts, lists, arrays and scalars) to one ``.npz`` file.
+    """Write `state` (a tree of dicts, lists, arrays and scalars) to one `.npz` file.
 
     Parameters
     ----------
     file : path or binary file object
-        A path gets ``.npz`` appended when it lacks it (as ``np.savez`` does) and is written
+        A path gets `.npz` appended when it lacks it (as `np.savez` does) and is written
         atomically (temporary file, fsync, rename); a file object is written as is.
-    state : the tree, e.g. ``{"model": m.state_dict(), "optimizer": opt.state_dict()}``.
+    state : dict
+        The tree, e.g. `{"model": m.state_dict(), "optimizer": opt.state_dict()}`.
 
     Returns
     -------
-    The path written (None for a file object).
+    pathlib.Path or None
+        The path written (None for a file object).
 
     Raises
     ------
     TypeError
         A leaf or key that cannot be stored without pickle (the path names it).
 
-    Example
-    -------
+    Examples
+    --------
     >>> import io
     >>> buf = io.BytesIO()
     >>> save(buf, {"step": 3, "w": np.arange(2.0), "betas": (0.9, 0.999), 7: None})
@@ -149,13 +151,13 @@ def save(file: str | os.PathLike[str] | IO[bytes], state: Any) -> Path | None:
 
 
 def load(file: str | os.PathLike[str] | IO[bytes]) -> Any:
-    """Read a tree written by :func:`save` (``allow_pickle=False``).
+    """Read a tree written by [save][normlab.checkpoint.save] (`allow_pickle=False`).
 
     Raises
     ------
     ValueError
-        The file is an ``.npz`` but not a normlab checkpoint (use ``np.load`` for it), or
-        was written by a newer version of this format.
+        The file is an `.npz` but not a normlab checkpoint (use `np.load` for it), or was
+        written by a newer version of this format.
     """
     with np.load(file, allow_pickle=False) as npz:
         if _TREE_KEY not in npz.files:

@@ -1,4 +1,4 @@
-"""The ``normlab`` command: the lab's report, single experiments, formats, bits, bench, exercises.
+"""The `normlab` command: the lab's report, single experiments, formats, bits, bench, exercises.
 
 Subcommands::
 
@@ -12,10 +12,11 @@ Subcommands::
     normlab exercise 16.1|16.2|16.3|16.4
     normlab --version
 
-Exit status: 0 on success; 1 when an experiment fails its criterion or raises; 2 for a
-usage error (unknown experiment, bad value, unusable ``--out``, a missing optional
-dependency), always found before any experiment runs and reported in one line; 130 when
-interrupted (Ctrl-C); 141 when stdout is a pipe that was closed early (nothing printed).
+Exit status: 0 unless an experiment FAILs or raises an exception, then 1 (PASS, NOT
+REPRODUCED, INCONCLUSIVE and SKIPPED all exit 0); 2 for a usage error (unknown experiment,
+bad value, unusable `--out`, a missing optional dependency), always found before any
+experiment runs and reported in one line; 130 when interrupted (Ctrl-C); 141 when stdout
+is a pipe that was closed early (nothing printed).
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ from typing import Any, NoReturn
 __all__ = ["UsageError", "build_parser", "main"]
 
 DEFAULT_OUT = "normlab-report"
+"""The report folder of `normlab report` without `--out` (relative to the working folder)."""
 EXERCISES = ("16.1", "16.2", "16.3", "16.4")
+"""The chapter's exercises that `normlab exercise NUMBER` solves."""
 
 
 class UsageError(Exception):
@@ -74,10 +77,10 @@ def _version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argparse parser of ``normlab`` (exposed for tests and documentation).
+    """The argparse parser of `normlab` (exposed for tests and documentation).
 
-    Its errors raise :class:`UsageError` (one line, what to do) instead of exiting;
-    ``--help`` and ``--version`` print and exit 0 as usual.
+    Its errors raise [UsageError][normlab.cli.UsageError] (one line, what to do) instead of exiting;
+    `--help` and `--version` print and exit 0 as usual.
     """
     from normlab.lab.experiments import EXPERIMENTS  # the registry only: no heavy import
 
@@ -174,7 +177,7 @@ def _check_format(name: str) -> None:
 
 
 def _check_out(out: str) -> None:
-    """Raise UsageError unless ``out`` can become a report folder (before any work)."""
+    """Raise UsageError unless `out` can become a report folder (before any work)."""
     from normlab.lab.report import check_out_dir
 
     try:
@@ -217,17 +220,18 @@ def _report(names: Sequence[str], args: argparse.Namespace, out: str) -> int:
     except KeyboardInterrupt:
         print(f"normlab {args.command}: interrupted; {out} was not changed", file=sys.stderr)
         return 130
-    words = {"pass": "PASS", "fail": "FAIL", "error": "ERROR"}
     for o in outcomes:
         n_ok = sum(c.passed for c in o.result.checks) if o.result is not None else 0
         n_all = len(o.result.checks) if o.result is not None else 0
-        word = words.get(o.status, o.status.upper())  # "not reproduced" too
+        word = o.status.upper()  # PASS, FAIL, NOT REPRODUCED, SKIPPED, ERROR, ...
         print(f"{word:14s} {o.name:20s} {n_ok}/{n_all} checks  {o.elapsed_s:6.1f} s")
-        if o.status == "error" and o.error:
+        if o.status in ("error", "skipped") and o.error:
             last = o.error.strip().splitlines()[-1]
-            print(f"       {last}")
-    passed = sum(o.status == "pass" for o in outcomes)
-    print(f"{passed} of {len(outcomes)} experiments passed; report: {files.markdown}, {files.html}")
+            print(f"{'':15s}{last}")
+    from normlab.lab.render import verdict_summary
+
+    print(verdict_summary(outcomes))
+    print(f"report: {files.markdown}, {files.html}")
     return status
 
 
@@ -265,7 +269,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def _negative_value_hint(argv: Sequence[str]) -> str:
-    """A hint when a negative number was taken for an option (``bits -1e-3``)."""
+    """A hint when a negative number was taken for an option (`bits -1e-3`)."""
     for arg in argv:
         if arg.startswith("-") and arg != "--":
             try:
@@ -286,7 +290,7 @@ def _quiet_broken_pipe() -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``normlab`` command; returns the exit status.
+    """Entry point of the `normlab` command; returns the exit status.
 
     >>> main(["list"])  # doctest: +ELLIPSIS
     1. xiong_init ...

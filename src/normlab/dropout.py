@@ -1,16 +1,16 @@
 """Inverted dropout, forward and backward (chapter Listing 16.3).
 
-Each value is kept with probability ``1 - p`` and the kept values are divided by ``1 - p``,
-so ``E[dropout(x)] = x`` and inference uses the identity (Srivastava et al., "Dropout",
-JMLR 2014). The forward draws ``keep = rng.random(x.shape) >= p`` and returns
-``x * keep / (1 - p)`` exactly as the listing, in that order, so the same seed gives the
+Each value is kept with probability `1 - p` and the kept values are divided by `1 - p`,
+so `E[dropout(x)] = x` and inference uses the identity (Srivastava et al., "Dropout",
+JMLR 2014). The forward draws `keep = rng.random(x.shape) >= p` and returns
+`x * keep / (1 - p)` exactly as the listing, in that order, so the same seed gives the
 same mask and the same bits (including the listing's dtype behaviour). A kernel registered
-as ``"inverted_dropout"`` receives the validated ``(x, drop_probability, rng)``, plus the
-validated ``out=`` tuple ``(out, keep)`` when one was given.
+as `"inverted_dropout"` receives the validated `(x, drop_probability, rng)`, plus the
+validated `out=` tuple `(out, keep)` when one was given.
 
-``out=`` (NumPy's convention): the forward takes a tuple ``(out, keep)`` with an array or
+`out=` (NumPy's convention): the forward takes a tuple `(out, keep)` with an array or
 None per result, the backward one array; each of the result's shape and dtype (the
-listing's dtype rules), C-contiguous, writeable. ``out`` may be x itself and the backward's
+listing's dtype rules), C-contiguous, writeable. `out` may be x itself and the backward's
 dx may be dout itself (elementwise: each element is read before it is written); nothing may
 overlap the mask or another buffer.
 """
@@ -48,7 +48,7 @@ def _inverted_dropout_ref(
 
 
 def _result_dtype(a: np.ndarray, drop_probability: Any) -> np.dtype:
-    """The dtype of ``a * keep / (1 - p)`` under NumPy's promotion rules (no data touched)."""
+    """The dtype of `a * keep / (1 - p)` under NumPy's promotion rules (no data touched)."""
     return (np.empty(0, a.dtype) * np.empty(0, np.bool_) / (1 - drop_probability)).dtype
 
 
@@ -70,30 +70,41 @@ def inverted_dropout(
 ) -> tuple[np.ndarray, np.ndarray]:
     r"""Zero each value with probability p and scale the survivors by 1/(1 - p).
 
-    .. math:: y = m \odot x / (1 - p),\quad m_i \sim \mathrm{Bernoulli}(1 - p)
+    $$
+    y = m \odot x / (1 - p),\quad m_i \sim \mathrm{Bernoulli}(1 - p)
+    $$
 
     Parameters
     ----------
-    x : float array, any shape.
-    drop_probability : p in [0, 1) (a Python or NumPy real number).
-    rng : ``numpy.random.Generator``; one ``rng.random(x.shape)`` draw is consumed.
-    out : optional tuple ``(out, keep)`` of buffers (an array or None each), of x's shape,
-        the result's dtype (bool for keep), C-contiguous, writeable; out may be x itself,
-        keep overlaps nothing. Checked before the draw.
+    x : numpy.ndarray
+        Float array, any shape.
+    drop_probability
+        p in [0, 1) (a Python or NumPy real number).
+    rng
+        `numpy.random.Generator`; one `rng.random(x.shape)` draw is consumed.
+    out
+        Optional tuple `(out, keep)` of buffers (an array or None each), of x's shape, the
+        result's dtype (bool for keep), C-contiguous, writeable; out may be x itself, keep
+        overlaps nothing. Checked before the draw.
 
     Returns
     -------
-    out : ``x * keep / (1 - p)`` (the listing's dtype rules). keep : bool mask, x's shape.
+    out : numpy.ndarray
+        `x * keep / (1 - p)` (the listing's dtype rules).
+    keep : numpy.ndarray
+        Bool mask, x's shape.
 
     Raises
     ------
-    TypeError : non-float x, non-number p, rng not a Generator, ``out`` not a tuple of 2
-        or a buffer of the wrong dtype.
-    ValueError : p outside [0, 1) or NaN; a buffer of the wrong shape or layout, read-only,
-        or overlapping what it may not.
+    TypeError
+        Non-float x, non-number p, rng not a Generator, `out` not a tuple of 2 or a buffer of
+        the wrong dtype.
+    ValueError
+        p outside [0, 1) or NaN; a buffer of the wrong shape or layout, read-only, or
+        overlapping what it may not.
 
-    Example
-    -------
+    Examples
+    --------
     >>> out, keep = inverted_dropout(np.ones(4), 0.5, np.random.default_rng(0))
     >>> sorted(set(out.tolist())) in ([0.0, 2.0], [2.0], [0.0])
     True
@@ -114,27 +125,37 @@ def inverted_dropout_backward(
 ) -> np.ndarray:
     r"""Gradient of inverted dropout: the forward's mask and scale.
 
-    .. math:: \bar x = m \odot \bar y / (1 - p)
+    $$
+    \bar x = m \odot \bar y / (1 - p)
+    $$
 
     Parameters
     ----------
-    dout : float array. keep : the bool mask from :func:`inverted_dropout`, dout's shape.
-    drop_probability : the p used in the forward, in [0, 1).
-    out : optional buffer for dx (dout's shape, the result's dtype, C-contiguous,
-        writeable); it may be dout itself, and must not overlap keep.
+    dout : numpy.ndarray
+        Float array.
+    keep : numpy.ndarray
+        The bool mask from [inverted_dropout][normlab.inverted_dropout], dout's shape.
+    drop_probability
+        The p used in the forward, in [0, 1).
+    out : numpy.ndarray, optional
+        Optional buffer for dx (dout's shape, the result's dtype, C-contiguous, writeable); it
+        may be dout itself, and must not overlap keep.
 
     Returns
     -------
-    dx : ``dout * keep / (1 - p)``.
+    dx : numpy.ndarray
+        `dout * keep / (1 - p)`.
 
     Raises
     ------
-    TypeError : non-float dout, non-bool keep, non-number p, ``out`` of the wrong dtype.
-    ValueError : keep not of dout's shape, p outside [0, 1); ``out`` of the wrong shape or
-        layout, read-only, or overlapping keep.
+    TypeError
+        Non-float dout, non-bool keep, non-number p, `out` of the wrong dtype.
+    ValueError
+        keep not of dout's shape, p outside [0, 1); `out` of the wrong shape or layout,
+        read-only, or overlapping keep.
 
-    Example
-    -------
+    Examples
+    --------
     >>> inverted_dropout_backward(np.ones(3), np.array([True, False, True]), 0.5).tolist()
     [2.0, 0.0, 2.0]
     """

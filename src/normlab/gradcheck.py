@@ -1,23 +1,23 @@
 """Finite-difference gradient checks usable on any forward/backward pair.
 
-Contract: ``forward(*inputs)`` returns ``(out_1, ..., out_k, cache)`` and
-``backward(dout_1, ..., dout_k, cache)`` returns one gradient (or None) per input, in the
-order of the inputs (missing trailing entries count as None). :func:`gradcheck` draws random
-upstream gradients ``dout_i`` and checks the analytic gradient of the scalar
+Contract: `forward(*inputs)` returns `(out_1, ..., out_k, cache)` and `backward(dout_1, ...,
+dout_k, cache)` returns one gradient (or None) per input, in the order of the inputs (missing
+trailing entries count as None). [gradcheck][normlab.gradcheck.gradcheck] draws random upstream
+gradients `dout_i` and checks the analytic gradient of the scalar
 
     L = sum_i <dout_i, out_i>
 
-against central differences ``(L(x + h v) - L(x - h v)) / (2 h)`` in float64: along every
-coordinate (``mode="full"``) or along random unit directions (``mode="directional"``, cheap
+against central differences `(L(x + h v) - L(x - h v)) / (2 h)` in float64: along every
+coordinate (`mode="full"`) or along random unit directions (`mode="directional"`, cheap
 for big inputs). Every float array input is checked through a float64 working copy (the
-caller's arrays are never modified), and every array input (plus the optional ``state``
+caller's arrays are never modified), and every array input (plus the optional `state`
 arrays) is restored from a snapshot before each evaluation, so forwards that update state in
 place (BatchNorm's running statistics) see the same state every time.
 
 The error of one input is relative to the scale of its gradient:
-``max|a - n| / (max(|a|, |n|) + floor)`` over coordinates in full mode, and
-``|<a, v> - n_v| / (||a||_2 + floor)`` over unit directions v in directional mode (the
-Cauchy-Schwarz bound of ``<a, v>``, so a direction nearly orthogonal to the gradient does
+`max|a - n| / (max(|a|, |n|) + floor)` over coordinates in full mode, and
+`|<a, v> - n_v| / (||a||_2 + floor)` over unit directions v in directional mode (the
+Cauchy-Schwarz bound of `<a, v>`, so a direction nearly orthogonal to the gradient does
 not inflate the error). With h = 1e-6 a correct float64 backward typically scores 1e-8 or
 less; a wrong term scores O(1).
 """
@@ -49,7 +49,11 @@ _MODES = ("full", "directional")
 
 
 class GradcheckError(AssertionError):
-    """Raised by :func:`gradcheck` with ``tol`` when an analytic gradient is wrong."""
+    """Raised by `gradcheck(..., tol=...)` when an analytic gradient is wrong.
+
+    The message lists every checked input with its error and the worst coordinate or
+    direction. It is an `AssertionError`, so a failed check reads as a failed test.
+    """
 
 
 @dataclass(frozen=True)
@@ -86,7 +90,7 @@ class _Harness:
 
     def run(self, i: int = -1, delta: np.ndarray | float = 0.0,
             idx: tuple[int, ...] | None = None) -> tuple[list[Any], Any]:
-        """Restore every array, add ``delta`` to input i (at ``idx`` if given), run forward."""
+        """Restore every array, add `delta` to input i (at `idx` if given), run forward."""
         self.restore()
         if i >= 0:
             if idx is None:
@@ -151,41 +155,60 @@ def gradcheck(
 ) -> float:
     r"""Largest relative error between analytic and finite-difference gradients.
 
-    .. math:: \frac{\partial L}{\partial x} \cdot v \approx
-        \frac{L(x + h v) - L(x - h v)}{2h},\quad L = \sum_i \langle \bar y_i, y_i \rangle
+    $$
+    \frac{\partial L}{\partial x} \cdot v \approx
+    \frac{L(x + h v) - L(x - h v)}{2h},\quad L = \sum_i \langle \bar y_i, y_i \rangle
+    $$
 
-    (central differences, error O(h^2); see scipy's ``check_grad`` and
-    ``torch.autograd.gradcheck`` for the same idea.)
+    (central differences, error O(h^2); see scipy's `check_grad` and
+    `torch.autograd.gradcheck` for the same idea.)
 
     Parameters
     ----------
-    forward : ``forward(*inputs) -> (out_1, ..., out_k, cache)``.
-    backward : ``backward(dout_1, ..., dout_k, cache) -> (grad_0, grad_1, ...)``, one per
-        input (None for inputs without a gradient).
-    inputs : the arguments of forward; float arrays are used as float64 copies.
-    rng : ``numpy.random.Generator`` for the upstream gradients and the directions.
-    wrt : indices of the inputs to check (default: every input with a non-None gradient).
-    mode : ``"full"`` (every coordinate, 2 forwards each) or ``"directional"``
-        (``num_directions`` random unit directions per input).
-    num_directions : directions per input in directional mode (>= 1).
-    h : finite-difference step (> 0). floor : added to the error's denominator (> 0).
-    tol : when given, raise :class:`GradcheckError` with a per-input report if the error
-        exceeds it.
-    names : labels of the inputs for the report (default ``input 0``, ``input 1`` ...).
-    state : extra arrays (e.g. a module's running statistics) restored in place from a
-        snapshot before each evaluation and at the end.
+    forward
+        `forward(*inputs) -> (out_1, ..., out_k, cache)`.
+    backward
+        `backward(dout_1, ..., dout_k, cache) -> (grad_0, grad_1, ...)`, one per input (None for
+        inputs without a gradient).
+    inputs
+        The arguments of forward; float arrays are used as float64 copies.
+    rng
+        `numpy.random.Generator` for the upstream gradients and the directions.
+    wrt
+        Indices of the inputs to check (default: every input with a non-None gradient).
+    mode
+        `"full"` (every coordinate, 2 forwards each) or `"directional"` (`num_directions` random
+        unit directions per input).
+    num_directions
+        Directions per input in directional mode (>= 1).
+    h
+        Finite-difference step (> 0).
+    floor
+        Added to the error's denominator (> 0).
+    tol
+        When given, raise [GradcheckError][normlab.GradcheckError] with a per-input report if
+        the error exceeds it.
+    names
+        Labels of the inputs for the report (default `input 0`, `input 1` ...).
+    state
+        Extra arrays (e.g. a module's running statistics) restored in place from a snapshot
+        before each evaluation and at the end.
 
     Returns
     -------
-    The maximum relative error over the checked inputs (0.0 when none are checked).
+    float
+        The maximum relative error over the checked inputs (0.0 when none are checked).
 
     Raises
     ------
-    GradcheckError : error above ``tol``. TypeError / ValueError : bad arguments, a forward
-        that does not return ``(..., cache)``, a gradient of the wrong shape.
+    GradcheckError
+        Error above `tol`.
+    TypeError, ValueError
+        Bad arguments, a forward that does not return `(..., cache)`, a gradient of the
+        wrong shape.
 
-    Example
-    -------
+    Examples
+    --------
     >>> from normlab import layer_norm_forward, layer_norm_backward
     >>> x, g, b = np.random.default_rng(0).standard_normal((4, 5)), np.ones(5), np.zeros(5)
     >>> err = gradcheck(layer_norm_forward, layer_norm_backward, (x, g, b),
@@ -250,7 +273,7 @@ def _check_one(harness: _Harness, i: int, a: np.ndarray, name: str, mode: str,
 def _check_args(forward: Any, backward: Any, inputs: Any, rng: Any, wrt: Any, mode: Any,
                 num_directions: Any, h: Any, floor: Any, tol: Any, names: Any,
                 state: Any) -> tuple[list[Any], list[int] | None, int, float, float]:
-    """Every argument of :func:`gradcheck`, checked before forward runs or rng advances."""
+    """Every argument of `gradcheck`, checked before forward runs or rng advances."""
     for name, fn in (("forward", forward), ("backward", backward)):
         if not callable(fn):
             raise TypeError(f"{name} must be callable (a {name} function); "
@@ -297,9 +320,12 @@ def _check_wrt(wrt: Any, items: list[Any]) -> list[int]:
 
 
 class _CallableModule(types.ModuleType):
-    """This module, callable as its function: ``normlab.gradcheck(...)`` runs
-    :func:`gradcheck`, while ``import normlab.gradcheck as m`` gives the module (with
-    ``m.gradcheck``, ``m.GradcheckError``), as one name cannot be both otherwise."""
+    """This module, callable as its function.
+
+    `normlab.gradcheck(...)` runs `gradcheck`, while `import normlab.gradcheck as m` gives the
+    module (with `m.gradcheck`, `m.GradcheckError`), as one name cannot be both otherwise.
+    """
+
 
     def __call__(self, *args: Any, **kwargs: Any) -> float:
         return gradcheck(*args, **kwargs)

@@ -11,26 +11,14 @@ Skips only when Chromium is not installed and cannot be (``.ci/run`` installs it
 
 from __future__ import annotations
 
-import functools
-import http.server
-import json
-import re
-import shutil
-import subprocess
-import tempfile
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from browser import dump_dom, result_of, serve
 from docs_build import build_site
 
 PAGES = ["index.html", "api/precision.html", "lab/xiong_init.html"]
-FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
-    "--disable-background-networking", "--disable-component-update", "--disable-sync",
-    "--enable-logging=stderr", "--v=0", "--virtual-time-budget=10000", "--dump-dom",
-]  # fmt: skip
 
 PROBE = """<script>
 window.__normlabErrors = [];
@@ -68,26 +56,11 @@ window.addEventListener("load", function () {
 def site() -> Path:
     return build_site()
 
-def _chromium() -> str | None:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        found = shutil.which(name)
-        if found:
-            return found
-    return None
-
 
 @pytest.fixture(scope="module")
 def server(site: Path) -> Iterator[str]:
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(site))
-    handler.log_message = lambda *args: None  # type: ignore[attr-defined]
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with serve(site) as url:
+        yield url
 
 
 def test_probe_reports_a_broken_image(site: Path, server: str):
@@ -108,19 +81,9 @@ def test_probe_reports_a_broken_image(site: Path, server: str):
 
 
 def _open(server: str, relpath: str) -> tuple[dict, str]:
-    chromium = _chromium()
-    if chromium is None:
-        pytest.skip("Chromium is not installed and .ci/run could not install it (apt-get)")
-    with tempfile.TemporaryDirectory() as profile:
-        done = subprocess.run(
-            [chromium, *FLAGS, f"--user-data-dir={profile}", f"{server}/{relpath}"],
-            capture_output=True, text=True, timeout=120,
-        )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    match = re.search(r'<pre id="normlab-browser-check">(.*?)</pre>', done.stdout, re.S)
-    assert match, f"the page never finished loading: {done.stderr[-3000:]}"
-    result = json.loads(match.group(1).replace("&amp;", "&").replace("&lt;", "<"))
-    console = "\n".join(line for line in done.stderr.splitlines() if ":CONSOLE" in line)
+    dom, log = dump_dom(f"{server}/{relpath}")
+    result = result_of(dom, "normlab-browser-check", log)
+    console = "\n".join(line for line in log.splitlines() if ":CONSOLE" in line)
     return result, console
 
 

@@ -30,3 +30,67 @@ def test_math_like_prose_is_not_a_link_but_links_and_code_stay():
         "the [guide](../howto/a.md) and `a[0](x)`\n"
         ">>> f[0](1)\n"
     )
+
+
+SOURCE = '''
+class Base:
+    def forward(self, x):
+        """Compute the output."""
+
+
+class Layer(Base):
+    """A layer.
+
+    Parameters
+    ----------
+    eps : float
+        Added to the variance.
+
+    Attributes
+    ----------
+    weight, bias : array
+        The gain and the bias.
+    missing : int
+        Not an attribute of the class: stays in the section.
+    """
+
+    eps: float
+    weight: object
+    bias: object
+    documented: int
+    """Its own text."""
+
+    def forward(self, x):
+        return x
+'''
+
+
+def _layer(tmp_path):
+    import griffe
+
+    (tmp_path / "house_style_sample.py").write_text(SOURCE, encoding="utf-8")
+    loader = griffe.GriffeLoader(search_paths=[tmp_path], docstring_parser="numpy")
+    return loader.load("house_style_sample")["Layer"]
+
+
+def test_attributes_entries_become_the_fields_docstrings(tmp_path):
+    layer = _layer(tmp_path)
+    assert layer.members["weight"].docstring is None
+    moved = house.attributes_to_members(layer)
+    assert moved == ["weight", "bias"]
+    assert layer.members["bias"].docstring.value == "The gain and the bias."
+    assert layer.members["documented"].docstring.value == "Its own text."  # kept
+    (section,) = [s for s in layer.docstring.parsed if s.kind.value == "attributes"]
+    assert [a.name for a in section.value] == ["missing"]  # the page does not say it twice
+
+
+def test_a_field_that_stores_a_parameter_gets_its_text(tmp_path):
+    layer = _layer(tmp_path)
+    assert house.parameters_to_fields(layer) == ["eps"]
+    assert layer.members["eps"].docstring.value == "Added to the variance."
+
+
+def test_an_override_without_a_docstring_shows_the_base_one(tmp_path):
+    layer = _layer(tmp_path)
+    assert house.inherit_method_docstrings(layer) == ["forward"]
+    assert layer.members["forward"].docstring.value == "Compute the output."

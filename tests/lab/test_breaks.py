@@ -80,7 +80,12 @@ def test_swapped_placement_fails_xiong_init(monkeypatch):
 
 def test_swapped_placement_fails_training_stability(monkeypatch):
     _swap_placements(monkeypatch)
-    assert _status("training_stability") == "fail"
+    (outcome,) = run_experiments(["training_stability"], QUICK)
+    assert outcome.status == "fail", outcome.error
+    c1, c2 = outcome.result.checks[:2]  # type: ignore[union-attr]
+    # the mechanism check FAILs: "Pre-LN" (now Post-LN) stalls where the baseline trains;
+    # the comparison claim, which holds unbroken, no longer passes
+    assert c1.verdict == "FAIL" and not c2.passed
 
 
 # --- weight updates -------------------------------------------------------------------

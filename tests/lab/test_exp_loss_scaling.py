@@ -15,12 +15,52 @@ def quick(quick_results):
 
 
 def test_quick_run_has_no_failed_criterion(quick):
-    # the "falls behind" claim may honestly be NOT REPRODUCED; every criterion of the lab holds
-    assert len(quick.checks) == 4 and quick.verdict in ("PASS", "NOT REPRODUCED")
-    assert [c.verdict for c in quick.checks if not c.passed] in ([], ["NOT REPRODUCED"])
-    assert set(quick.figures) == {
-        "histogram", "flushed", "training"
-    }
+    # the paper's claims may be NOT REPRODUCED or, at the quick size, INCONCLUSIVE; every
+    # mechanism check (flush monotone in S, the dynamic scaler works) holds
+    assert len(quick.checks) == 5 and quick.verdict != "FAIL"
+    assert [c.if_false for c in quick.checks][1:4:2] == ["FAIL", "FAIL"]
+    assert quick.checks[1].passed and quick.checks[3].passed
+    assert set(quick.figures) == {"histogram", "flushed", "training"}
+
+
+def test_the_setup_is_the_documented_one(quick):
+    # read off what ran (metrics.json "sizes"): Adam (AdamW without weight decay), He
+    # normal weights (std over sqrt(2/fan_in): mean of 3 matrices of >= 1024 draws, 5%),
+    # zero biases, the loss a mean over B x K outputs
+    cfg = quick.settings
+    assert cfg["optimizer"].startswith("AdamW (Adam)") and "full batch" in cfg["optimizer"]
+    np.testing.assert_allclose(cfg["init_measured"]["std_over_he"], 1.0, rtol=0.05)
+    assert cfg["init_measured"]["max_abs_bias"] == 0.0
+    assert cfg["outputs_total"] == cfg["batch"] * cfg["outputs"] == cfg["head_outputs"] * 16
+    doc = exp.__doc__ or ""
+    for words in ("Adam", "He-initialised", "full-batch", "mean over"):
+        assert words in doc, words
+
+
+def _m(final: dict, regime: float, flushed0: float = 0.3) -> dict:
+    """Synthetic measurements for checks(): only what the criteria read."""
+    flushed = np.array([flushed0] + [0.0] * (len(exp.SCALE_EXPONENTS) - 1))
+    overflow = np.array([0.0] * 10 + [0.5] * (len(exp.SCALE_EXPONENTS) - 10))
+    return {"flushed": flushed, "overflow": overflow, "first_over": 10, "final": final,
+            "log_drop": {k: float(np.log10(1.0 / v)) for k, v in final.items()},
+            "median_scale": 2.0**18, "applied": 0.98, "regime": regime}
+
+
+def test_training_claims_are_judged_only_in_the_flush_regime():
+    same = {"fp32": 1e-5, "fp16": 1.02e-5, "fp16+scaler": 1e-5}
+    behind = {"fp32": 1e-6, "fp16": 2e-5, "fp16+scaler": 5e-6}
+    # fp32's loss gradients mostly above fp16's flush level: the claim cannot show
+    c = exp.checks(_m(same, regime=0.3))
+    assert c[2].verdict == "INCONCLUSIVE" and c[4].verdict == "PASS"
+    # in the regime, no gap is a measured non-reproduction, a 20x gap reproduces it
+    assert exp.checks(_m(same, regime=0.9))[2].verdict == "NOT REPRODUCED"
+    c = exp.checks(_m(behind, regime=0.9))
+    assert c[2].verdict == "PASS"
+    # the scaled run 5x above fp32 does not "match" (at most 2x): NOT REPRODUCED
+    assert c[4].verdict == "NOT REPRODUCED"
+    # part of the gradients flushing is judged with the same regime
+    assert exp.checks(_m(same, regime=0.3, flushed0=0.01))[0].verdict == "INCONCLUSIVE"
+    assert exp.checks(_m(same, regime=0.9, flushed0=0.01))[0].verdict == "NOT REPRODUCED"
 
 
 def test_flushed_and_overflow_fractions_by_direct_count(quick):
@@ -37,9 +77,9 @@ def test_flushed_and_overflow_fractions_by_direct_count(quick):
             overflow.append(np.count_nonzero(np.isinf(h)) / nz.size)
     assert quick.metrics["flushed_fraction"] == pytest.approx(flushed, rel=0, abs=0)
     assert quick.metrics["overflow_fraction"] == pytest.approx(overflow, rel=0, abs=0)
-    # the paper's picture: part of the values below fp16's smallest subnormal without
-    # scaling (not all: no factor forces them there), and values that overflow once S is large
-    assert 0.05 < flushed[0] < 0.95 and overflow[0] == 0 and overflow[-1] > 0
+    # some values below fp16's smallest subnormal without scaling, none overflowing, and
+    # values that overflow once S is large
+    assert 0 < flushed[0] < 1 and overflow[0] == 0 and overflow[-1] > 0
 
 
 def test_flushed_values_are_those_below_half_the_smallest_subnormal():

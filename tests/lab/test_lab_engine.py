@@ -215,6 +215,41 @@ def test_not_reproduced_is_its_own_status_with_exit_zero_and_detects_are_listed(
     assert ExperimentResult("x", "X", 0, "", checks=checks).verdict == "FAIL"
 
 
+def test_inconclusive_is_its_own_status_counted_apart_with_exit_zero(tmp_path, monkeypatch,
+                                                                   capsys):
+    def run(settings: Settings, progress: object) -> ExperimentResult:
+        checks = [Check("P", "holds", "x > 0", "1", True),
+                  Check("P", "too small to tell", "effect > SDE 0.05", "0.01", False,
+                        if_false="INCONCLUSIVE")]
+        return ExperimentResult("inc", "Unresolved", settings.seed, "", checks=checks)
+
+    module = types.SimpleNamespace(NAME="inc", TITLE="Unresolved", run=run, DETECTS=())
+    status, outcomes, files = run_report(["inc"], Settings(), tmp_path, loader=lambda _: module)
+    assert outcomes[0].status == "inconclusive" and status == 0
+    md = files.markdown.read_text()
+    assert "| INCONCLUSIVE |" in md and "0 of 1 experiments passed**, 1 inconclusive" in md
+    assert '<span class="inconc">INCONCLUSIVE</span>' in files.html.read_text()
+    data = json.loads(files.metrics.read_text())
+    assert data["experiments"]["inc"]["status"] == "inconclusive" and data["passed"] is True
+    # precedence: a FAIL beside it wins, and so does a measured NOT REPRODUCED
+    inc = Check("P", "c", "k", "m", False, if_false="INCONCLUSIVE")
+    for other, word in ((Check("P", "c", "k", "m", False), "FAIL"),
+                        (Check("P", "c", "k", "m", False, if_false="NOT REPRODUCED"),
+                         "NOT REPRODUCED"), (Check("P", "c", "k", "m", True), "INCONCLUSIVE")):
+        assert ExperimentResult("x", "X", 0, "", checks=[inc, other]).verdict == word
+    # the terminal summary counts it apart
+    from normlab import cli
+    from normlab.lab import report
+
+    real = report.run_experiments
+    monkeypatch.setattr(report, "run_experiments", lambda names, settings, **kw: real(
+        names, settings, **{**kw, "loader": lambda _: module}))
+    monkeypatch.setattr(cli, "_selection", lambda only: ["inc"])
+    assert cli.main(["report", "--quick", "--out", str(tmp_path / "r"), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "INCONCLUSIVE" in out and "0 of 1 experiments passed, 1 inconclusive" in out
+
+
 def test_a_missing_optional_dependency_is_skipped_not_failed(tmp_path):
     def run(settings: Settings, progress: object) -> ExperimentResult:
         raise ExperimentSkipped('needs PyTorch: pip install ".[torch]"')

@@ -1,21 +1,21 @@
 """What every kernel adapter shares: compiling, launching, and the array plumbing.
 
-Each jitted loop is compiled twice (see :func:`jit`): a ``parallel=True`` version (one
-``prange`` spread over the threading layer's workers) and a serial version of the same
-source (``prange`` runs as ``range``). :func:`launch` picks one per call, and this is the
+Each jitted loop is compiled twice (see `jit`): a `parallel=True` version (one
+`prange` spread over the threading layer's workers) and a serial version of the same
+source (`prange` runs as `range`). `launch` picks one per call, and this is the
 library's whole thread policy:
 
 * **Small inputs run serially on the calling thread.** Waking a parallel region costs tens
   of microseconds (milliseconds on shared cores) while a row norm of a few thousand values
-  takes microseconds; below ``PARALLEL_MIN_ELEMENTS`` values the serial version runs, which
+  takes microseconds; below `PARALLEL_MIN_ELEMENTS` values the serial version runs, which
   also skips the threading layer's launch overhead altogether.
 * **A forked child runs serially.** GNU OpenMP aborts a child forked after a parallel
-  region ran, and the workqueue layer's threads do not survive ``fork``; after
-  ``os.fork`` (multiprocessing "fork" pools, data-loader workers) every kernel therefore
+  region ran, and the workqueue layer's threads do not survive `fork`; after
+  `os.fork` (multiprocessing "fork" pools, data-loader workers) every kernel therefore
   uses the serial version, which touches no threading layer.
 * **Layers that are not thread-safe are serialised.** The workqueue layer aborts when two
   Python threads enter a parallel region at once, so parallel launches hold a lock unless
-  the layer in use is ``omp`` or ``tbb``.
+  the layer in use is `omp` or `tbb`.
 
 Both versions run the same loops with the same accumulation order inside a row, feature or
 element, and every cross-row reduction uses fixed chunks, so results are bit-identical
@@ -82,7 +82,7 @@ class DualKernel:
 
 
 def jit(fastmath: Any = False) -> Callable[[Callable[..., Any]], DualKernel]:
-    """Decorator: compile a prange loop as a :class:`DualKernel` (cached on disk)."""
+    """Decorator: compile a prange loop as a `DualKernel` (cached on disk)."""
 
     def deco(fn: Callable[..., Any]) -> DualKernel:
         return DualKernel(fn, fastmath)
@@ -91,7 +91,7 @@ def jit(fastmath: Any = False) -> Callable[[Callable[..., Any]], DualKernel]:
 
 
 def launch(kern: DualKernel, n_elements: int, *args: Any) -> Any:
-    """Run ``kern`` on ``args`` serially or in parallel (the policy in the module header)."""
+    """Run `kern` on `args` serially or in parallel (the policy in the module header)."""
     if n_elements < PARALLEL_MIN_ELEMENTS or _STATE["forked"]:
         return kern.serial(*args)
     _STATE["parallel_ran"] = True

@@ -1,19 +1,19 @@
 """BatchNorm forward/backward kernels behind the functional API (dispatch adapters).
 
-Receive exactly the validated arguments of ``_batch_norm_forward_ref(x, gamma, beta,
-running_mean, running_var, training, eps, axis)`` and
-``_batch_norm_backward_ref(dout, cache)`` (:mod:`normlab.norms.batch_norm`), return the same
-results with the same :class:`BatchNormCache`, or ``NotImplemented`` (dtypes other than
+Receive exactly the validated arguments of `_batch_norm_forward_ref(x, gamma, beta,
+running_mean, running_var, training, eps, axis)` and `_batch_norm_backward_ref(dout, cache)`
+(`normlab.norms.batch_norm`), return the same results with the same
+[BatchNormCache][normlab.BatchNormCache], or `NotImplemented` (dtypes other than
 float32/float64, parameters of another dtype than x, empty arrays).
 
 Dimension letters: A dims before the feature axis, C features, S dims after it; x is
-viewed as (A, C, S) (``np.ascontiguousarray`` first when it is not C-contiguous).
+viewed as (A, C, S) (`np.ascontiguousarray` first when it is not C-contiguous).
 
-Like the reference, the forward kernel is pure: it returns the batch statistics (training)
-and :func:`normlab.norms.batch_norm.batch_norm_forward` updates the running statistics
-once, for both paths.
+Like the reference, the forward kernel is pure: it returns the batch statistics (training) and
+[normlab.norms.batch_norm.batch_norm_forward][normlab.batch_norm_forward] updates the running
+statistics once, for both paths.
 
-``out=`` buffers arrive validated as ``dest`` (C-contiguous, of x's shape and dtype, so a
+`out=` buffers arrive validated as `dest` (C-contiguous, of x's shape and dtype, so a
 view of one as (A, C, S) exists for any feature axis): the sweeps write into them
 directly; the backward's parameter gradients are copied in after dx is written.
 """
@@ -51,8 +51,8 @@ def batch_norm_forward(
     axis: int,
     dest: np.ndarray | None = None,
 ) -> Any:
-    """Kernel of ``_batch_norm_forward_ref``: robust one-read statistics, then one sweep
-    (into ``dest`` when given)."""
+    """Kernel of `_batch_norm_forward_ref`: robust one-read statistics, then one sweep
+    (into `dest` when given)."""
     dt = x.dtype
     if dt not in FLOATS or x.size == 0 or any(p is not None and p.dtype != dt
                                                for p in (gamma, beta)):
@@ -82,9 +82,9 @@ def batch_norm_forward(
 
 def batch_norm_backward(dout: np.ndarray, cache: BatchNormCache,
                         dest: tuple[Any, ...] | None = None) -> Any:
-    """Kernel of ``_batch_norm_backward_ref``: per-feature sums, then dx in one sweep.
+    """Kernel of `_batch_norm_backward_ref`: per-feature sums, then dx in one sweep.
 
-    ``dest`` (validated ``out=`` buffers): dx is written in place; it may be dout, since
+    `dest` (validated `out=` buffers): dx is written in place; it may be dout, since
     the sums read all of dout first and the sweep reads each dout value before writing
     the dx value at the same place.
     """

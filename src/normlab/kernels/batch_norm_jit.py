@@ -3,11 +3,11 @@
 Dimension letters: A = product of the dims before the feature axis, C features, S =
 product of the dims after it (x viewed as (A, C, S) without copying); K row chunks.
 
-* ``cols``: S == 1, x is (A, C) (features last: (N, C) and channels-last). Rows are split
+* `cols`: S == 1, x is (A, C) (features last: (N, C) and channels-last). Rows are split
   into K fixed chunks (K depends on A only); each chunk keeps a per-feature Welford mean and
   M2 in float64, and the K chunks are merged in order with Chan et al.'s pairwise formula,
   so the statistics are robust (no E[x^2] - E[x]^2) and independent of the thread count.
-* ``acs``: S > 1, x is (A, C, S) ((N, C, H, W) with axis=1). One prange over C; each
+* `acs`: S > 1, x is (A, C, S) ((N, C, H, W) with axis=1). One prange over C; each
   (a, c) row of S contiguous values gets a two-pass mean/M2 from cache, merged across a.
 
 Accumulation is in float64 for float32 and float64 inputs. The gradient kernels return the

@@ -3,12 +3,12 @@
 Dimension letters: A leading blocks of rows, R rows, C columns (x seen as (A, R, C)),
 r x c the block shape, nR = ceil(R / r), nC = ceil(C / c).
 
-Contract: the kernel behind :func:`normlab.precision.blocks.block_amax` on NumPy arrays,
-named ``"block_amax"`` in ``normlab._backend.KERNELS``. It receives the reference's
-validated ``(x, block)`` and returns the same values or ``NotImplemented`` (only float32
-and float64 are served): max |x| over each
+Contract: the kernel behind [normlab.precision.blocks.block_amax][] on NumPy arrays, named
+`"block_amax"` in `normlab._backend.KERNELS`. It receives the reference's validated
+`(x, block)` and returns the same values or `NotImplemented` (only float32 and float64 are
+served): max |x| over each
 block, NaN if the block holds a NaN, in x's dtype (exact: a max is one of the inputs),
-shape ``lead + (nR, nC)`` or ``lead + (nC,)``. One pass over x, parallel over rows of
+shape `lead + (nR, nC)` or `lead + (nC,)`. One pass over x, parallel over rows of
 blocks; the result does not depend on the thread count. (Rescaling the blocks needs no
 kernel: NumPy broadcasts one value per block in a single pass.)
 """
@@ -26,7 +26,7 @@ __all__: list[str] = []
 
 
 def block_amax(x: np.ndarray, block: tuple[int, ...]) -> Any:
-    """Kernel of the reference ``block_amax`` (float32/float64 x)."""
+    """Kernel of the reference `block_amax` (float32/float64 x)."""
     if x.dtype not in FLOATS or x.size == 0:
         return NotImplemented
     tail = x.shape[x.ndim - len(block):]

@@ -2,7 +2,7 @@
 
 Dimension letters: A leading blocks of rows, R rows, C columns (x seen as (A, R, C)),
 r x c the block shape, nR = ceil(R / r), nC = ceil(C / c). No fastmath: the max is taken
-on integers (see :func:`amax_bits`).
+on integers (see [amax_bits][normlab.kernels.block_scale_jit.amax_bits]).
 """
 
 from __future__ import annotations

@@ -2,13 +2,13 @@
 
 Dimension letters: N elements (flattened C order).
 
-Contract: receives the validated ``(x, drop_probability, rng)`` of ``_inverted_dropout_ref``
-(:mod:`normlab.dropout`) and returns ``(out, keep)`` bit-identical to the reference for the
+Contract: receives the validated `(x, drop_probability, rng)` of `_inverted_dropout_ref`
+(`normlab.dropout`) and returns `(out, keep)` bit-identical to the reference for the
 same generator state. The uniforms are drawn exactly as the listing draws them,
-``rng.random(x.shape)`` (float64, C order), so the generator advances identically; the
-kernel then computes ``keep = u >= p`` and ``out = (x * keep) / (1 - p)`` in x's dtype in
+`rng.random(x.shape)` (float64, C order), so the generator advances identically; the
+kernel then computes `keep = u >= p` and `out = (x * keep) / (1 - p)` in x's dtype in
 one sweep instead of NumPy's four temporaries. No fastmath: the division must not become a
-multiplication by a reciprocal. Served: float32/float64 x and a Python ``float``/``int`` p
+multiplication by a reciprocal. Served: float32/float64 x and a Python `float`/`int` p
 (NumPy scalars change the result dtype under NumPy's promotion rules: the reference runs).
 """
 
@@ -26,9 +26,9 @@ __all__: list[str] = []
 
 def inverted_dropout(x: np.ndarray, drop_probability: Any, rng: np.random.Generator,
                      dest: tuple[Any, ...] = (None, None)) -> Any:
-    """Kernel of ``_inverted_dropout_ref``: same draw, fused mask and scale.
+    """Kernel of `_inverted_dropout_ref`: same draw, fused mask and scale.
 
-    ``dest``: the validated ``out=`` buffers, written in place (out may be x: element i of
+    `dest`: the validated `out=` buffers, written in place (out may be x: element i of
     x is read before element i of out is written).
     """
     if x.dtype not in FLOATS or type(drop_probability) not in (float, int):

@@ -1,20 +1,20 @@
 """GroupNorm forward/backward kernels behind the functional API (dispatch adapters).
 
-Receive exactly the validated arguments of ``_group_norm_forward_ref(x, num_groups, gamma,
-beta, eps[, dest])`` and ``_group_norm_backward_ref(dout, cache[, dest])``
-(:mod:`normlab.norms.group_norm`), return the same results with the same
-:class:`GroupNormCache` (x by reference, mean and rstd (N, G) in x's dtype), or
-``NotImplemented``: dtypes other than float32/float64 (float16 is computed in float32 by
+Receive exactly the validated arguments of `_group_norm_forward_ref(x, num_groups, gamma,
+beta, eps[, dest])` and `_group_norm_backward_ref(dout, cache[, dest])`
+(`normlab.norms.group_norm`), return the same results with the same
+[GroupNormCache][normlab.GroupNormCache] (x by reference, mean and rstd (N, G) in x's dtype), or
+`NotImplemented`: dtypes other than float32/float64 (float16 is computed in float32 by
 the reference), parameters, gradients or statistics of another dtype than x, and empty
-arrays. An x or dout that is not C-contiguous is copied with ``np.ascontiguousarray``
+arrays. An x or dout that is not C-contiguous is copied with `np.ascontiguousarray`
 first (one extra pass each; the cache still keeps the caller's x), as the other norm
 kernels do, so a strided x gives the bits of its contiguous copy.
 
 Dimension letters: N batch, C channels, G groups, R = N * G runs of M = (C / G) * S values
 (S the spatial dims flattened), K sample chunks of the parameter-gradient reduction; see
-:mod:`normlab.kernels.group_norm_jit` for the layout and the summation order.
+[normlab.kernels.group_norm_jit][] for the layout and the summation order.
 
-``out=`` buffers arrive validated as ``dest`` (C-contiguous, of x's shape and dtype): the
+`out=` buffers arrive validated as `dest` (C-contiguous, of x's shape and dtype): the
 kernels write into them directly; dx may be dout itself (each dout value is read before
 the dx value at its place is written). The parameter gradients are reduced from the
 chunk partials, then copied into their buffers.
@@ -42,8 +42,8 @@ def _chunks(n: int, c: int, groups: int, size: int) -> int:
     """Sample chunks K of the parameter-gradient partials (a function of the shape only).
 
     One chunk below the serial size (the (1, C) partials cost nothing); else enough
-    chunks for about ``_TASKS`` (chunk, group) tasks, but each chunk summing at least
-    ``_MIN_PER_CHANNEL`` values per channel, so the two (K, C) float64 partials stay at
+    chunks for about `_TASKS` (chunk, group) tasks, but each chunk summing at least
+    `_MIN_PER_CHANNEL` values per channel, so the two (K, C) float64 partials stay at
     most a quarter of a float32 x's size even for a 2-D (N, C) input.
     """
     if size < _SERIAL_SIZE:
@@ -63,7 +63,7 @@ def group_norm_forward(
     x: np.ndarray, num_groups: int, gamma: np.ndarray | None, beta: np.ndarray | None,
     eps: float, dest: np.ndarray | None = None,
 ) -> Any:
-    """Kernel of ``_group_norm_forward_ref``: one fused sweep per run (into ``dest``)."""
+    """Kernel of `_group_norm_forward_ref`: one fused sweep per run (into `dest`)."""
     if not same_dtype(x, gamma, beta):
         return NotImplemented
     dt, c = x.dtype, x.shape[1]
@@ -80,8 +80,8 @@ def group_norm_forward(
 
 def group_norm_backward(dout: np.ndarray, cache: GroupNormCache,
                         dest: tuple[Any, ...] | None = None) -> Any:
-    """Kernel of ``_group_norm_backward_ref``: per-channel and per-run sums in one sweep,
-    then dx (into ``dest[0]`` when given, which may be dout)."""
+    """Kernel of `_group_norm_backward_ref`: per-channel and per-run sums in one sweep,
+    then dx (into `dest[0]` when given, which may be dout)."""
     x, groups = cache.x, cache.num_groups
     if not same_dtype(x, dout, cache.gamma, cache.beta, cache.mean, cache.rstd):
         return NotImplemented

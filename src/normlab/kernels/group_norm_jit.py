@@ -9,10 +9,10 @@ sample n's group g, one contiguous stretch of M values, channel c = g * Cg + j a
 positions [j * S, (j + 1) * S). Every array is C-contiguous and of x's dtype (float32 or
 float64), except the float64 parameter-gradient partials.
 
-Numerics, as the row kernels of :mod:`normlab.kernels.row_norms_jit`: sums are blocked
-(``BLOCK`` values summed in x's dtype by a vectorised loop over a 1-d view, block sums
+Numerics, as the row kernels of [normlab.kernels.row_norms_jit][]: sums are blocked
+(`BLOCK` values summed in x's dtype by a vectorised loop over a 1-d view, block sums
 added in float64); the statistics are the corrected two-pass mean and variance (Chan,
-Golub & LeVeque 1983, as :mod:`normlab._stats`), the variance clipped at 0 (NaN kept),
+Golub & LeVeque 1983, as `normlab._stats`), the variance clipped at 0 (NaN kept),
 1/sqrt taken in float64.
 
 Memory traffic. Forward reads a run from memory once (the first sum) and then from cache
@@ -24,7 +24,7 @@ read before the dx value at its place is written, so dx may be dout's memory.
 
 Determinism: the backward runs one task per (sample chunk k, group g); task (k, g) owns
 channels [g * Cg, (g + 1) * Cg) of partial row k, adding its samples in order. K depends on
-the shape only (``_chunks`` in :mod:`normlab.kernels.group_norm`), and the adapter sums
+the shape only (`_chunks` in `normlab.kernels.group_norm`), and the adapter sums
 the K partial rows in chunk order, so results are bit-identical on any thread count (and
 between the parallel and the serial twin).
 """
@@ -38,14 +38,15 @@ from normlab.kernels._adapt import FAST, jit
 
 __all__ = ["BLOCK", "group_norm_bwd", "group_norm_bwd_flat", "group_norm_fwd"]
 
-BLOCK = 1024  # values per block sum (as row_norms_jit.BLOCK; see there)
+BLOCK = 1024
+"""Values per float32 block sum, added in float64 (as `row_norms_jit.BLOCK`; see there)."""
 
 
 @njit(inline="always")
 def _run_stats(x, r, eps):
     """Mean and 1/sqrt(var + eps) of run r of x (R, M), both in x's dtype.
 
-    The same blocked, corrected two-pass sums as ``row_norms_jit._ln_row``, written here
+    The same blocked, corrected two-pass sums as `row_norms_jit._ln_row`, written here
     again on purpose: numba's on-disk cache does not notice a change in a jitted helper
     imported from another file, so kernels share no compiled helpers across files.
     """
@@ -167,7 +168,7 @@ def group_norm_bwd(dy, x, mean, rstd, gamma, G, dx, pg, pb):
 
 @jit(FAST)
 def group_norm_bwd_flat(dy, x, mean, rstd, gamma, G, dx, pg, pb):
-    """:func:`group_norm_bwd` for S == 1 (a 2-D (N, C) input, one value per channel): one
+    """`group_norm_bwd` for S == 1 (a 2-D (N, C) input, one value per channel): one
     loop over the run, whose gains and partials are contiguous slices."""
     R, M = x.shape
     N = R // G

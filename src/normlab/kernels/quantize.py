@@ -1,38 +1,38 @@
-"""``quantize`` kernel: the numba rounding kernels behind :func:`normlab.precision.quantize`.
+"""`quantize` kernel: the numba rounding kernels behind [normlab.precision.quantize][].
 
 Dimension letters: N elements (flattened C order).
 
-Receives the validated ``(x, fmt, mode, saturate, seed, random_bits)`` of the reference's
-kernel seam (see :mod:`normlab.precision.rounding`) and returns an array bit-identical to
-``quantize_reference``, or ``NotImplemented`` for a format whose smallest normal lies below
+Receives the validated `(x, fmt, mode, saturate, seed, random_bits)` of the reference's
+kernel seam (see `normlab.precision.rounding`) and returns an array bit-identical to
+`quantize_reference`, or `NotImplemented` for a format whose smallest normal lies below
 the input's (float32 input to E8M0, emin = -127: float32 subnormals there round with the
 reference's ml_dtypes quirk; float64 input to E8M0 is served). Formats without a zero or
 without a sign (E8M0) take a second pass with their extra rules (see
-:func:`normlab.kernels.quantize_jit.fix_unsigned_or_zeroless`). Everything a Format decides
+[normlab.kernels.quantize_jit.fix_unsigned_or_zeroless][]). Everything a Format decides
 (overflow to inf / NaN / max, what an infinite input becomes, flushing where there are no
 subnormals) is turned into a handful of bit patterns here, in Python, so the compiled loops
 only compare and select integers.
 
 Fast path: round-to-nearest of float32 to a format with float32's exponent range (8
 exponent bits, bias 127, IEEE inf/NaN, subnormals, signed; bf16 is the common case) is
-the bit trick of :func:`normlab.kernels.quantize_jit.round_nearest_same_range`, saturate or not.
+the bit trick of [normlab.kernels.quantize_jit.round_nearest_same_range][], saturate or not.
 Eligibility is read from the Format's fields, not its name.
 
 Narrow fast path: round-to-nearest of float32 to a format with fewer exponent bits (fp8,
 fp6, fp4: 1 <= m <= 22, emin >= -126) is
-:func:`normlab.kernels.quantize_jit.round_nearest_narrow`: the same bit trick in the
+[normlab.kernels.quantize_jit.round_nearest_narrow][]: the same bit trick in the
 target's normal range and one float32 addition below it, then the generic overflow and
 special-value rules; the extra pass for formats without zero or sign still follows.
 
-``out=`` (the seam's last argument, validated by :func:`normlab._validate.check_out`): the
+`out=` (the seam's last argument, validated by `normlab._validate.check_out`): the
 loops write straight into it, no new array (the page zero-fill of a fresh result is half
-the cost of a memory-bound quantize). In place (``out`` is x) every loop reads element i
+the cost of a memory-bound quantize). In place (`out` is x) every loop reads element i
 before writing it; only the extra pass of formats without zero or sign reads x again, so
 there the result goes to a scratch array first.
 
-Stochastic rounding draws the same words as the reference: ``splitmix64(seed + i)`` on the
+Stochastic rounding draws the same words as the reference: `splitmix64(seed + i)` on the
 flat C-order index i, computed per element inside the loop (no N-sized word array), or the
-caller's ``random_bits``. The result does not depend on the thread count.
+caller's `random_bits`. The result does not depend on the thread count.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ _DETERMINISTIC = {  # mode -> loop of quantize_jit (looked up per call)
 
 
 def _bits(value: float, dtype: np.dtype, utype: Any) -> Any:
-    """The bit pattern of ``value`` in the float ``dtype`` as a numpy unsigned scalar."""
+    """The bit pattern of `value` in the float `dtype` as a numpy unsigned scalar."""
     return np.array(value, dtype=dtype).view(utype)[()]
 
 
@@ -81,7 +81,7 @@ def round_params(fmt: Format, mode: RoundingMode, saturate: bool, dtype: np.dtyp
 
 
 def _same_range_as_float32(fmt: Format, mode: RoundingMode, dtype: np.dtype) -> bool:
-    """Whether ``round_nearest_same_range`` serves this call (float32 input only).
+    """Whether `round_nearest_same_range` serves this call (float32 input only).
 
     The target must share float32's exponent field and specials exactly, and drop at
     least one mantissa bit (FLOAT32 itself takes the generic kernel, an identity).
@@ -101,7 +101,7 @@ def _same_range_as_float32(fmt: Format, mode: RoundingMode, dtype: np.dtype) -> 
 
 
 def narrow_nearest_serves(fmt: Format, mode: RoundingMode, dtype: np.dtype) -> bool:
-    """Whether ``round_nearest_narrow`` serves this call (float32 input, nearest-even).
+    """Whether `round_nearest_narrow` serves this call (float32 input, nearest-even).
 
     Any target with 1 <= m <= 22 mantissa bits and emin >= -126 (its normal range lies in
     float32's, its smallest quantum 2^(emin - m) is a float32): the fp8, fp6 and fp4
@@ -125,7 +125,7 @@ def quantize(
     random_bits: np.ndarray | None,
     dest: np.ndarray | None = None,
 ) -> Any:
-    """Kernel of ``quantize_reference``: one pass, x's dtype and shape (into ``dest``)."""
+    """Kernel of `quantize_reference`: one pass, x's dtype and shape (into `dest`)."""
     if x.dtype not in _INPUT or fmt.emin < _MIN_EXP[x.dtype]:
         return NotImplemented
     utype = _INPUT[x.dtype][0]
@@ -146,7 +146,7 @@ def quantize(
 def _round_into(xb: np.ndarray, out: np.ndarray, x: np.ndarray, fmt: Format,
                 mode: RoundingMode, saturate: bool, seed: int | None,
                 random_bits: np.ndarray | None) -> None:
-    """The rounding passes of :func:`quantize` from the bits ``xb`` into ``out`` (N,)."""
+    """The rounding passes of `quantize` from the bits `xb` into `out` (N,)."""
     utype, F = _INPUT[x.dtype]
     if _same_range_as_float32(fmt, mode, x.dtype):
         # saturate: overflow and inf become max; otherwise the carry past max is inf already

@@ -2,11 +2,11 @@
 
 Dimension letters: N elements (the flattened C-order input).
 
-Contract: ``round_into(xbits, out, ...)`` reads the unsigned bits of each input element
+Contract: `round_into(xbits, out, ...)` reads the unsigned bits of each input element
 (uint32 for float32, uint64 for float64) and writes the bits of the rounded value, in the
-input's own format, to ``out``. The target is described by integers only (no Format object
+input's own format, to `out`. The target is described by integers only (no Format object
 crosses into numba): m mantissa bits, emin/emax the unbiased exponents of the smallest and
-largest normal binade, ``maxmant`` the largest significand (with the implicit bit) in the
+largest normal binade, `maxmant` the largest significand (with the implicit bit) in the
 top binade, and the bit patterns to write on overflow, for NaN and for infinities.
 
 Algorithm (integer only, one rounding, no detour through another float type): write
@@ -19,7 +19,7 @@ into the exponent field, which is the next binade); when d > M the magnitude is 
 quantum q = 2^(emin - m) and the result is 0 or q. Every branch is a select, so LLVM
 vectorises the loop.
 
-Same exponent range (``round_nearest_same_range``): when the target has the input's exponent
+Same exponent range (`round_nearest_same_range`): when the target has the input's exponent
 field (float32 -> bf16, or any E8My with bias 127, IEEE inf/NaN and subnormals), every
 quantum is 2^(M - m) units of the input's bits, binades and subnormals included, so
 round-to-nearest-even is the classic bit trick: add 2^(d-1) - 1 plus the lowest kept bit,
@@ -28,7 +28,7 @@ exactly on the infinity bits). No exponent decode, so the loop runs at copy spee
 
 Stochastic rounding: element i uses the 64-bit word w_i (SplitMix64 of seed + i, or given);
 it rounds up iff rem + (w_i >> (64 - d)) >= 2^d, so P(up) = rem / 2^d exactly.
-No ``fastmath`` anywhere in this module: rounding must be exact.
+No `fastmath` anywhere in this module: rounding must be exact.
 """
 
 from __future__ import annotations
@@ -70,9 +70,9 @@ __all__ = [
 
 @njit(inline="always")
 def split_magnitude(a, u, M, B, m, emin):
-    """(d, dc, n, rem, half) of the magnitude bits ``a``: d discarded bits, dc = min(d, M+2).
+    """(d, dc, n, rem, half) of the magnitude bits `a`: d discarded bits, dc = min(d, M+2).
 
-    ``u`` is the unsigned type of the bits. Every intermediate is cast back to ``u`` (or
+    `u` is the unsigned type of the bits. Every intermediate is cast back to `u` (or
     int32): numba widens 32-bit integer arithmetic to 64 bits, which halves the SIMD lanes
     of the float32 loop, and would turn mixed signed/unsigned arithmetic into float64.
     """
@@ -105,7 +105,7 @@ def join_magnitude(a, s, u, up, d, dc, M, infb, qbits, maxbits, ovf, flush_bits,
 
 @njit(inline="always")
 def bit_consts(xbits):
-    """(u, M, B, sign bit, infinity bits) of the input format of the bits array ``xbits``.
+    """(u, M, B, sign bit, infinity bits) of the input format of the bits array `xbits`.
 
     Derived from the item size, a compile-time constant, so LLVM folds the shifts.
     """
@@ -136,7 +136,7 @@ def round_nearest(xbits, out, m, emin, qbits, maxbits, ovf, flush_bits,
 def round_nearest_same_range(xbits, out, d, cap):
     """Round to nearest even for a target with the input's exponent range (module header).
 
-    ``d`` (1 <= d <= M - 1) low bits are discarded; ``cap`` bounds the rounded magnitude:
+    `d` (1 <= d <= M - 1) low bits are discarded; `cap` bounds the rounded magnitude:
     the infinity bits (overflow and inf stay inf) or the target's max bits (saturate).
     A NaN input becomes the quiet NaN with its sign, payload dropped, as in the reference.
     """
@@ -193,16 +193,17 @@ def round_nearest_narrow(xbits, out, m, emin, qbits, maxbits, ovf, flush_bits,
                          inf_out, nan_keep, nan_out):
     """Round float32 to nearest even for a target with fewer exponent bits (fp8/fp6/fp4).
 
-    Same arguments and results as :func:`round_nearest` (float32 bits, 1 <= m <= 22,
-    emin >= -126), without its per-element exponent decode. Where |x| >= 2^emin the
-    target's quantum is 2^(E - m), d = 23 - m low bits of the float32 pattern go: the bit
-    trick of :func:`round_nearest_same_range` (the kept lsb is the target's mantissa lsb,
-    so a tie goes to even). Below 2^emin the quantum is q = 2^(emin - m) for every input,
-    and one float32 addition rounds to it: with C = 2^(emin - m + 23), C + |x| lies in
-    [C, 2C), whose spacing is q, so the hardware's round-to-nearest-even gives C + n q
-    with n even on a tie, and (C + |x|) - C = n q exactly. No fastmath: the addition and
-    subtraction are kept as written. Overflow, flush, inf and NaN rules as in
-    ``join_magnitude``.
+    Same arguments and results as [round_nearest][normlab.kernels.quantize_jit.round_nearest]
+    (float32 bits, 1 <= m <= 22, emin >= -126), without its per-element exponent decode. Where
+    |x| >= 2^emin the target's quantum is 2^(E - m), d = 23 - m low bits of the float32 pattern
+    go: the bit trick of
+    [round_nearest_same_range][normlab.kernels.quantize_jit.round_nearest_same_range] (the kept
+    lsb is the target's mantissa lsb, so a tie goes to even). Below 2^emin the quantum is q =
+    2^(emin - m) for every input, and one float32 addition rounds to it: with C = 2^(emin - m +
+    23), C + |x| lies in [C, 2C), whose spacing is q, so the hardware's round-to-nearest-even
+    gives C + n q with n even on a tie, and (C + |x|) - C = n q exactly. No fastmath: the
+    addition and subtraction are kept as written. Overflow, flush, inf and NaN rules as in
+    [join_magnitude][normlab.kernels.quantize_jit.join_magnitude].
     """
     u, _M, _B, signbit, infb = bit_consts(xbits)
     sh, low, bias, minnorm, c = narrow_consts(m, emin)
@@ -231,7 +232,7 @@ def round_away(xbits, out, m, emin, qbits, maxbits, ovf, flush_bits,
 @jit()
 def round_zero(xbits, out, m, emin, qbits, maxbits, ovf, flush_bits,
                inf_out, nan_keep, nan_out):
-    """Round toward zero (truncate the discarded bits; overflow gives ``ovf``, usually max)."""
+    """Round toward zero (truncate the discarded bits; overflow gives `ovf`, usually max)."""
     u, M, B, signbit, infb = bit_consts(xbits)
     for i in prange(xbits.shape[0]):
         s = u(xbits[i] & signbit)
@@ -258,7 +259,7 @@ def round_stochastic(xbits, out, m, emin, qbits, maxbits, ovf,
     For d <= 64 this is rem + (w >> (64 - d)) >= 2^d, so P(up) = rem / 2^d exactly; beyond
     64 discarded bits the fraction is truncated to 64 bits (as in the reference).
 
-    w is words[i] (explicit uint64 bits) or splitmix64(seed + i) when ``use_seed``; the
+    w is words[i] (explicit uint64 bits) or splitmix64(seed + i) when `use_seed`; the
     counter is the flat C-order index, so the result does not depend on the thread count.
     """
     u, M, B, signbit, infb = bit_consts(xbits)
@@ -278,11 +279,11 @@ def round_stochastic(xbits, out, m, emin, qbits, maxbits, ovf,
 
 @jit()
 def fix_unsigned_or_zeroless(xbits, out, minnorm, qnan, no_zero, unsigned):
-    """Second pass for formats without a zero or without a sign (E8M0), on ``out`` in place.
+    """Second pass for formats without a zero or without a sign (E8M0), on `out` in place.
 
     After the rounding pass: finite nonzero magnitudes below the min normal become the min
-    normal and a zero result becomes NaN (``no_zero``); a negative nonzero input becomes
-    NaN, even when it would round to zero, and only NaN keeps a sign (``unsigned``).
+    normal and a zero result becomes NaN (`no_zero`); a negative nonzero input becomes
+    NaN, even when it would round to zero, and only NaN keeps a sign (`unsigned`).
     """
     u, _M, _B, signbit, infb = bit_consts(xbits)
     for i in prange(xbits.shape[0]):

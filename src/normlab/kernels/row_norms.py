@@ -1,8 +1,8 @@
 """LayerNorm / RMSNorm / add+norm kernels behind the functional API (dispatch adapters).
 
 Each function here receives exactly the validated arguments of the NumPy reference's
-private function (see :mod:`normlab.norms.layer_norm`, ``rms_norm``, ``add_norm``), returns
-the same result types with the same cache classes, or ``NotImplemented`` for inputs it
+private function (see `normlab.norms.layer_norm`, `rms_norm`, `add_norm`), returns
+the same result types with the same cache classes, or `NotImplemented` for inputs it
 does not serve: dtypes other than float32/float64, parameters or gradients of another dtype
 than x (the reference then computes in the wider dtype), and empty arrays. So a kernel
 forward pairs with a reference backward and vice versa.
@@ -11,7 +11,7 @@ Dimension letters: R rows (leading dims flattened), W width (normalised dims fla
 K row chunks of the parameter-gradient reduction.
 
 Layouts: the row kernels take C-contiguous (R, W) arrays; any other layout is copied with
-``np.ascontiguousarray`` first (one extra pass over the input, counted by the benchmark).
+`np.ascontiguousarray` first (one extra pass over the input, counted by the benchmark).
 The cache keeps a reference to the caller's array, as the reference does.
 """
 
@@ -36,17 +36,17 @@ _NO_RES = np.zeros((0, 0))
 
 
 def _rows_into(dest: np.ndarray | None, r: int, w: int, dtype: np.dtype) -> np.ndarray:
-    """The (R, W) array a kernel writes: a view of the validated ``out=`` buffer, or new."""
+    """The (R, W) array a kernel writes: a view of the validated `out=` buffer, or new."""
     return np.empty((r, w), dtype) if dest is None else dest.reshape(r, w)
 
 
 def _shaped(dest: np.ndarray | None, rows: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    """The caller's ``out=`` buffer itself when given, else the (R, W) result reshaped."""
+    """The caller's `out=` buffer itself when given, else the (R, W) result reshaped."""
     return rows.reshape(shape) if dest is None else dest
 
 
 def _grads_into(dest: tuple[Any, ...] | None, *grads: np.ndarray | None) -> tuple[Any, ...]:
-    """Parameter gradients copied into their ``out=`` buffers where given."""
+    """Parameter gradients copied into their `out=` buffers where given."""
     if dest is None:
         return grads
     return tuple(g if d is None or g is None else _copied(d, g) for d, g in zip(
@@ -62,7 +62,7 @@ def layer_norm_forward(
     x: np.ndarray, gamma: np.ndarray | None, beta: np.ndarray | None, eps: float, k: int,
     dest: np.ndarray | None = None,
 ) -> Any:
-    """Kernel of ``_layer_norm_forward_ref``: one fused sweep per row (into ``dest``)."""
+    """Kernel of `_layer_norm_forward_ref`: one fused sweep per row (into `dest`)."""
     if not same_dtype(x, gamma, beta):
         return NotImplemented
     x2 = rows_of(x, k)  # (R, W)
@@ -99,9 +99,9 @@ def _ln_backward(dout: np.ndarray, dres: np.ndarray | None, cache: LayerNormCach
 def layer_norm_backward(
     dout: np.ndarray, cache: LayerNormCache, dest: tuple[Any, ...] | None = None
 ) -> Any:
-    """Kernel of ``_layer_norm_backward_ref``: both row sums in one sweep, then dx.
+    """Kernel of `_layer_norm_backward_ref`: both row sums in one sweep, then dx.
 
-    ``dest`` (validated ``out=`` buffers): dx is written in place (it may be dout: each
+    `dest` (validated `out=` buffers): dx is written in place (it may be dout: each
     dout element is read before its dx element is written); parameter gradients are
     reduced, then copied in.
     """
@@ -112,9 +112,9 @@ def add_layer_norm_backward(
     dout: np.ndarray, dresidual: np.ndarray | None, cache: LayerNormCache,
     dest: tuple[Any, ...] | None = None,
 ) -> Any:
-    """Kernel of ``_add_layer_norm_backward_ref``: dresidual added in the dx sweep.
+    """Kernel of `_add_layer_norm_backward_ref`: dresidual added in the dx sweep.
 
-    ``dest``: as for LayerNorm's backward (dx never overlaps dresidual: validated).
+    `dest`: as for LayerNorm's backward (dx never overlaps dresidual: validated).
     """
     return _ln_backward(dout, dresidual, cache, dest)
 
@@ -123,7 +123,7 @@ def rms_norm_forward(
     x: np.ndarray, weight: np.ndarray | None, eps: float, offset: float, k: int,
     dest: np.ndarray | None = None,
 ) -> Any:
-    """Kernel of ``_rms_norm_forward_ref`` (gain = offset + weight), into ``dest``."""
+    """Kernel of `_rms_norm_forward_ref` (gain = offset + weight), into `dest`."""
     if not same_dtype(x, weight):
         return NotImplemented
     x2 = rows_of(x, k)  # (R, W)
@@ -160,7 +160,7 @@ def _rms_backward(dout: np.ndarray, dres: np.ndarray | None, cache: RMSNormCache
 def rms_norm_backward(
     dout: np.ndarray, cache: RMSNormCache, dest: tuple[Any, ...] | None = None
 ) -> Any:
-    """Kernel of ``_rms_norm_backward_ref`` (``dest``: as for LayerNorm's backward)."""
+    """Kernel of `_rms_norm_backward_ref` (`dest`: as for LayerNorm's backward)."""
     return _rms_backward(dout, None, cache, dest)
 
 
@@ -168,7 +168,7 @@ def add_rms_norm_backward(
     dout: np.ndarray, dresidual: np.ndarray | None, cache: RMSNormCache,
     dest: tuple[Any, ...] | None = None,
 ) -> Any:
-    """Kernel of ``_add_rms_norm_backward_ref`` (``dest``: as for the LayerNorm one)."""
+    """Kernel of `_add_rms_norm_backward_ref` (`dest`: as for the LayerNorm one)."""
     return _rms_backward(dout, dresidual, cache, dest)
 
 
@@ -181,9 +181,9 @@ def add_layer_norm_forward(
     k: int,
     dest: tuple[Any, ...] = (None, None),
 ) -> Any:
-    """Kernel of ``_add_layer_norm_forward_ref``: the sum and its norm in one sweep.
+    """Kernel of `_add_layer_norm_forward_ref`: the sum and its norm in one sweep.
 
-    ``dest`` (validated ``out=`` buffers): written in place; either may be x or residual
+    `dest` (validated `out=` buffers): written in place; either may be x or residual
     (row r of x and residual is read into s before row r of out is written).
     """
     if not same_dtype(x, residual, gamma, beta):
@@ -209,7 +209,7 @@ def add_rms_norm_forward(
     k: int,
     dest: tuple[Any, ...] = (None, None),
 ) -> Any:
-    """Kernel of ``_add_rms_norm_forward_ref`` (``dest``: as for the LayerNorm one)."""
+    """Kernel of `_add_rms_norm_forward_ref` (`dest`: as for the LayerNorm one)."""
     if not same_dtype(x, residual, weight):
         return NotImplemented
     x2, res2 = rows_of(x, k), rows_of(residual, k)  # (R, W)

@@ -4,8 +4,8 @@ Dimension letters: R rows (every leading axis flattened), W width (the normalise
 axes flattened), K chunks of rows for the parameter-gradient reduction.
 
 Contract: every array is C-contiguous and float32 or float64; the gain and bias are already
-in x's dtype (ones / zeros when the layer has none), and so are ``mean`` / ``rstd`` and the
-chunk partials. Row sums are blocked: each block of ``BLOCK`` values is summed in x's dtype
+in x's dtype (ones / zeros when the layer has none), and so are `mean` / `rstd` and the
+chunk partials. Row sums are blocked: each block of `BLOCK` values is summed in x's dtype
 by a vectorised loop (16-64 interleaved partial sums), and the block sums are added in
 float64, so the rounding error of a row sum does not grow with the width (a float32 row of
 16M values is as accurate as one of 4096); 1/sqrt(var + eps) is taken in float64.
@@ -18,11 +18,11 @@ sum(g * dy) and sum(g * dy * x_hat), the second writes dx and adds dy * x_hat, d
 chunk's parameter-gradient row.
 
 Determinism: parameter gradients are reduced per fixed chunk of rows (K depends only on the
-shape, never on the thread count; at most 256 rows a chunk: :func:`chunk_count`), and the K
-partial rows are summed in float64 in chunk order afterwards, so results are bit-identical
-on 1 or N threads.
+shape, never on the thread count; at most 256 rows a chunk:
+[chunk_count][normlab.kernels.row_norms_jit.chunk_count]), and the K partial rows are summed in
+float64 in chunk order afterwards, so results are bit-identical on 1 or N threads.
 
-``fastmath`` is limited to reassociation and contraction (vectorised sums, fused
+`fastmath` is limited to reassociation and contraction (vectorised sums, fused
 multiply-add): it changes the last bits of a sum, as any summation order does, never NaN/inf
 semantics. Rounding kernels never use it.
 """
@@ -45,11 +45,13 @@ __all__ = [
     "rms_norm_fwd",
 ]
 
-# Values per block of a row sum: long enough for the vectorised loop, short enough that a
-# float32 block sum keeps ~1e-7 relative accuracy; block sums are added in float64. Each
-# block is summed over a 1-d view with a loop from 0: LLVM vectorises that loop, not one
-# over range(j0, min(j0 + BLOCK, W)) (measured 30x slower).
 BLOCK = 1024
+"""Values per block of a row sum; the float32 block sums are added in float64.
+
+Long enough for the vectorised loop, short enough that a float32 block sum keeps ~1e-7
+relative accuracy. Each block is summed over a 1-d view with a loop from 0: LLVM vectorises
+that loop, not one over `range(j0, min(j0 + BLOCK, W))` (measured 30x slower).
+"""
 
 # _ROWS: the backward's second sweep indexes 1-d row views (x[r], dx[r], pg[k], ...), not
 # the 2-d arrays, and adds the residual gradient in a loop of its own (a branch or a
@@ -67,7 +69,7 @@ _MAX_CHUNK_ROWS = 256
 def chunk_count(rows: int, width: int | None = None) -> int:
     """Number of row chunks K of the parameter-gradient reduction (depends on the shape only).
 
-    With ``width`` given and ``rows * width`` below ``_SERIAL_SIZE`` (the default launch
+    With `width` given and `rows * width` below `_SERIAL_SIZE` (the default launch
     threshold, fixed here: the launch policy may change at run time, K must not) the kernel
     normally runs serially, so no chunk is needed for a thread: K = ceil(R / 256), one
     chunk up to 256 rows, and the (K, W) partials stay as small as the parameter itself (a
@@ -94,7 +96,7 @@ def _row_sum(a, r):
 
 @njit(inline="always")
 def _row_sq_sum(a, r):
-    """sum_j a[r, j]^2 as float64, blocked like :func:`_row_sum`."""
+    """sum_j a[r, j]^2 as float64, blocked like `_row_sum`."""
     W = a.shape[1]
     t = 0.0
     for j0 in range(0, W, BLOCK):
@@ -115,13 +117,13 @@ def _add_into(a, b):
 
 @njit(inline="always")
 def _ln_row(a, r, first_sum, gamma, beta, eps, out, mean, rstd):
-    """Finish LayerNorm of row r of ``a`` (R, W) given its first-pass sum: stats, then out.
+    """Finish LayerNorm of row r of `a` (R, W) given its first-pass sum: stats, then out.
 
-    The second sweep forms the corrected two-pass sums ``c = sum(x - mu0)`` and
-    ``v = sum((x - mu0)^2)`` (Chan, Golub & LeVeque 1983, as in :mod:`normlab._stats`):
-    ``c / W`` is the rounding error of the first mean, so mean and variance are corrected by
+    The second sweep forms the corrected two-pass sums `c = sum(x - mu0)` and
+    `v = sum((x - mu0)^2)` (Chan, Golub & LeVeque 1983, as in `normlab._stats`):
+    `c / W` is the rounding error of the first mean, so mean and variance are corrected by
     it; the variance is clipped at 0 and 1/sqrt is taken in float64. The third sweep writes
-    ``out[r]``. Shared by the plain and the add+norm forward.
+    `out[r]`. Shared by the plain and the add+norm forward.
     """
     W = a.shape[1]
     zero = a.dtype.type(0)
@@ -177,7 +179,7 @@ def rms_norm_fwd(x, gain, eps, out, rstd):
 def layer_norm_bwd(dy, x, mean, rstd, gamma, dres, dx, pg, pb):
     """dx = rstd * (g dy - mean(g dy) - x_hat mean(g dy x_hat)) + dres; pg, pb: (K, W).
 
-    pg[k] and pb[k] receive sum(dy * x_hat) and sum(dy) over the rows of chunk k. ``dres``
+    pg[k] and pb[k] receive sum(dy * x_hat) and sum(dy) over the rows of chunk k. `dres`
     is the residual-stream gradient of the add+norm variant (R, W), or a (0, 0) array.
     """
     R, W = x.shape  # dy, x, dx: (R, W); mean, rstd: (R,); gamma: (W,)

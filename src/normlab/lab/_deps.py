@@ -1,7 +1,7 @@
-"""Optional dependencies of the lab (matplotlib, tqdm), imported only here and in ``lab/``.
+"""Optional dependencies of the lab (matplotlib, tqdm), imported only here and in `lab/`.
 
-The library itself never imports them; the ``lab`` extra installs them (from a source
-tree: ``pip install ".[lab]"``; or by name: ``pip install matplotlib tqdm threadpoolctl``).
+The library itself never imports them; the `lab` extra installs them (from a source
+tree: `pip install ".[lab]"`; or by name: `pip install matplotlib tqdm threadpoolctl`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ LAB_EXTRA_HINT = (
 
 
 def require(module: str) -> ModuleType:
-    """Import ``module`` or raise ImportError saying how to install the lab extra.
+    """Import `module` or raise ImportError saying how to install the lab extra.
 
     >>> require("json").__name__
     'json'

@@ -1,11 +1,11 @@
 """A small Markdown-to-HTML converter for the report's own markdown (no dependency).
 
-It handles exactly what the lab writes: ``#`` headings, paragraphs, ``-`` bullet lists,
-pipe tables (header row, ``---`` separator row, body rows; see :mod:`normlab.lab.tables`),
-fenced code blocks, the inline marks ``code``, **bold**, *italic* and in-page links
-``[text](#anchor)``, and three fixed HTML lines the renderer writes itself: an anchor
-``<a id="name"></a>``, ``<details>`` with its ``<summary>...</summary>`` line, and
-``</details>`` (a folded block, e.g. a traceback). Everything else is escaped text, so
+It handles exactly what the lab writes: `#` headings, paragraphs, `-` bullet lists,
+pipe tables (header row, `---` separator row, body rows; see [normlab.lab.tables][]),
+fenced code blocks, the inline marks `code`, **bold**, *italic* and in-page links
+`[text](#anchor)`, and three fixed HTML lines the renderer writes itself: an anchor
+`<a id="name"></a>`, `<details>` with its `<summary>...</summary>` line, and
+`</details>` (a folded block, e.g. a traceback). Everything else is escaped text, so
 experiment output can never inject markup into the HTML report.
 """
 
@@ -28,7 +28,7 @@ _TABLE_SEP = re.compile(r"^\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)*\|?\s*$")
 
 
 def inline(text: str) -> str:
-    """Escape ``text`` and apply the inline marks (code spans are left verbatim)."""
+    """Escape `text` and apply the inline marks (code spans are left verbatim)."""
     parts = _CODE.split(text)
     out = []
     for i, part in enumerate(parts):
@@ -63,6 +63,8 @@ def _cell_html(cell: str) -> str:
         return f'<span class="fail">{cell.strip("*")}</span>'
     if cell in ("NOT REPRODUCED", "**NOT REPRODUCED**"):
         return '<span class="notrep">NOT REPRODUCED</span>'
+    if cell in ("INCONCLUSIVE", "**INCONCLUSIVE**"):
+        return '<span class="inconc">INCONCLUSIVE</span>'
     return inline(cell)
 
 

@@ -1,14 +1,14 @@
 """Replace a report folder all at once: stage beside it, then swap under a lock.
 
-Contract: :func:`staged_folder` yields a new empty hidden folder beside ``out``
-(``.NAME.new-XXXX``); when the ``with`` block ends normally the staged folder becomes
-``out`` in one step (``renameat2(RENAME_EXCHANGE)`` where the OS has it, else two renames
-with ``out`` briefly absent, never mixed), the old one is deleted, and sub-reports of
-``normlab run NAME`` inside the old folder move into the new one. The swap holds an
-exclusive ``flock`` on ``.NAME.lock`` beside ``out`` (POSIX), so concurrent runs into one
-folder swap one after the other, each whole. Ctrl-C during the swap is held back until
-the swap is done; an exception or Ctrl-C inside the block deletes the staged folder and
-leaves ``out`` as it was.
+Contract: `staged_folder` yields a new empty hidden folder beside `out`
+(`.NAME.new-XXXX`); when the `with` block ends normally the staged folder becomes
+`out` in one step (`renameat2(RENAME_EXCHANGE)` where the OS has it, else two renames
+with `out` briefly absent, never mixed), the old one is deleted, and sub-reports of
+`normlab run NAME` inside the old folder move into the new one. The swap holds an
+exclusive `flock` on the folder that holds `out` (POSIX; the folder itself, so no lock file
+is left behind), so concurrent runs into one folder swap one after the other, each whole.
+Ctrl-C during the swap is held back until the swap is done; an exception or Ctrl-C inside
+the block deletes the staged folder and leaves `out` as it was.
 """
 
 from __future__ import annotations
@@ -45,14 +45,22 @@ def _is_ours(entry: Path) -> bool:
 
 
 def check_out_dir(out: str | Path) -> None:
-    """Raise ValueError unless ``out`` can be written as a report folder (nothing is changed).
+    """Raise ValueError unless `out` can be written as a report folder (nothing is changed).
 
-    ``out`` may be missing (its parents are created), empty, or an earlier report
+    `out` may be missing (its parents are created), empty, or an earlier report
     (report.md, report.html, metrics.json, figures/, sub-folders holding a metrics.json
-    such as ``normlab run NAME`` writes, and the hidden lock and staging entries of their
+    such as `normlab run NAME` writes, and the hidden lock and staging entries of their
     swaps). The folder it lives in must be
     writable: a probe folder is created there and removed.
 
+    Raises
+    ------
+    ValueError
+        `out` names no folder, is a file, holds files that are not part of a report, or
+        lies where nothing can be written.
+
+    Examples
+    --------
     >>> check_out_dir("normlab-report")  # doctest: +SKIP
     """
     path = Path(out)
@@ -82,18 +90,19 @@ def check_out_dir(out: str | Path) -> None:
 
 
 @contextlib.contextmanager
-def _locked(lock_path: Path) -> Iterator[None]:
+def _locked(folder: Path) -> Iterator[None]:
+    """Hold an exclusive flock on `folder` itself: a lock without a lock file to leave."""
     try:
         import fcntl
     except ImportError:  # not POSIX: no lock; the swap itself is still all or nothing
         yield
         return
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
-        os.close(fd)  # closing releases the lock; the file stays (deleting it races)
+        os.close(fd)  # closing releases the lock
 
 
 @contextlib.contextmanager
@@ -142,13 +151,13 @@ def _swap_in(stage: Path, out: Path) -> None:
 
 @contextlib.contextmanager
 def staged_folder(out: str | Path) -> Iterator[Path]:
-    """Yield an empty folder beside ``out``; on success it replaces ``out`` whole."""
+    """Yield an empty folder beside `out`; on success it replaces `out` whole."""
     out = Path(out)
     out.absolute().parent.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.new-", dir=out.absolute().parent))
     try:
         yield stage
-        with _locked(out.absolute().parent / f".{out.name}.lock"), _interrupts_held():
+        with _locked(out.absolute().parent), _interrupts_held():
             _swap_in(stage, out)
     finally:
         if stage.exists():

@@ -1,8 +1,8 @@
 """Runnable solutions to the chapter's Exercises 16.1-16.4, computed live with normlab.
 
-``normlab exercise 16.N`` prints :func:`exercise_text`; every number in the text is
-computed when it is printed, from the library's functions, with a fixed seed.
-Shapes: B examples (rows), D features.
+`normlab exercise 16.N` prints [exercise_text][normlab.lab.exercises.exercise_text]; every
+number in the text is computed when it is printed, from the library's functions, with a fixed
+seed. Shapes: B examples (rows), D features.
 """
 
 from __future__ import annotations
@@ -21,7 +21,52 @@ from normlab import (
 from normlab._backend import use_backend
 from normlab.nn import Dropout, Linear, Residual, RMSNorm
 
-__all__ = ["EXERCISES", "exercise_text"]
+__all__ = ["EXERCISES", "QUESTIONS", "exercise_question", "exercise_text"]
+
+QUESTIONS: dict[str, tuple[str, str]] = {
+    "16.1": (
+        "★ Train vs inference statistics",
+        "Explain why BatchNorm needs running statistics for inference, and why LayerNorm does "
+        "not. Which axes are reduced by each method for an array of shape $B \\times d$?",
+    ),
+    "16.2": (
+        "★★ LayerNorm backward",
+        "Derive the LayerNorm input gradient in (16.3) from the centered input and row "
+        "variance. Why do two row means appear in the formula?",
+    ),
+    "16.3": (
+        "★★ RMSNorm and residuals",
+        "Show that RMSNorm without $\\epsilon$ is invariant to multiplying one row by a "
+        "positive constant. Then explain how the residual equation creates an identity "
+        "gradient path.",
+    ),
+    "16.4": (
+        "★★★ Dropout and mixed precision",
+        "Implement inverted dropout and a tiny mixed-precision demo: show that fp16 overflows "
+        "on large values where rounded bfloat16 remains finite, and show how loss scaling "
+        "recovers a tiny fp16 gradient.",
+    ),
+}
+"""Exercise number -> (title with its difficulty stars, the chapter's question, Markdown)."""
+
+
+def exercise_question(number: str) -> str:
+    """The chapter's question of Exercise `number`, with its title, as Markdown.
+
+    Raises
+    ------
+    ValueError
+        For another number; the message lists the available ones.
+
+    Examples
+    --------
+    >>> exercise_question("16.2").splitlines()[0]
+    'Exercise 16.2 ★★ LayerNorm backward'
+    """
+    if number not in QUESTIONS:
+        raise ValueError(f"exercise must be one of {', '.join(QUESTIONS)}; got {number!r}")
+    title, question = QUESTIONS[number]
+    return f"Exercise {number} {title}\n\n{question}"
 
 
 def _ex_16_1() -> str:
@@ -176,10 +221,11 @@ EXERCISES: dict[str, Callable[[], str]] = {
     "16.3": _ex_16_3,
     "16.4": _ex_16_4,
 }
+"""Exercise number -> the function that computes its solution's text."""
 
 
 def exercise_text(number: str) -> str:
-    """The printed demonstration of Exercise ``number`` ("16.1" ... "16.4").
+    """The printed demonstration of Exercise `number` ("16.1" ... "16.4").
 
     Raises
     ------

@@ -1,8 +1,9 @@
 """Figures for the report: matplotlib without pyplot (the Agg canvas, no global state).
 
-Experiments build figures with :func:`new_figure`; the report engine turns them into PNG
-bytes with :func:`figure_png`. Nothing here touches ``matplotlib.pyplot`` so running the lab
-never opens a window nor changes a user's backend.
+Experiments build figures with [new_figure][normlab.lab.plotting.new_figure]; the report engine
+turns them into PNG bytes with [figure_png][normlab.lab.plotting.figure_png]. Nothing here
+touches `matplotlib.pyplot` so running the lab never opens a window nor changes a user's
+backend.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ __all__ = ["figure_png", "new_figure"]
 
 
 def new_figure(nrows: int = 1, ncols: int = 1, *, width: float = 6.4, height: float = 4.2) -> Any:
-    """A matplotlib ``Figure`` on the Agg canvas and its axes (``fig, axes = new_figure()``).
+    """A matplotlib `Figure` on the Agg canvas and its axes (`fig, axes = new_figure()`).
 
-    ``axes`` is one Axes for a 1x1 grid, else a numpy array of Axes (as ``Figure.subplots``).
+    `axes` is one Axes for a 1x1 grid, else a numpy array of Axes (as `Figure.subplots`).
     """
     figure_mod = require("matplotlib.figure")
     backend_agg = require("matplotlib.backends.backend_agg")

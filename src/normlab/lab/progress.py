@@ -1,8 +1,8 @@
 """Progress bars for the CLI: one tqdm bar per experiment plus an overall line.
 
-:class:`TqdmProgress` implements the :class:`normlab.lab.result.Progress` protocol that
-experiments drive (``start(total, description)`` then ``advance(n)``); an experiment may call
-``start`` several times (one bar per phase). Bars go to stderr so stdout stays clean, and
+[TqdmProgress][normlab.lab.progress.TqdmProgress] implements the [normlab.lab.result.Progress][]
+protocol that experiments drive (`start(total, description)` then `advance(n)`); an experiment
+may call `start` several times (one bar per phase). Bars go to stderr so stdout stays clean, and
 only when stderr is a terminal: a log file or a pipe gets no carriage-return redraws.
 """
 
@@ -33,6 +33,7 @@ class TqdmProgress:
         self._disable = disable or not stderr_is_terminal()
 
     def start(self, total: int, description: str) -> None:
+        """Close the current bar and open one of `total` units, labelled `description`."""
         self.close()
         self._bar = self._tqdm(
             total=total,
@@ -45,10 +46,12 @@ class TqdmProgress:
         )
 
     def advance(self, n: int = 1) -> None:
+        """Move the current bar on by `n` units."""
         if self._bar is not None:
             self._bar.update(n)
 
     def close(self) -> None:
+        """Close the current bar, if any."""
         if self._bar is not None:
             self._bar.close()
             self._bar = None
@@ -70,10 +73,13 @@ class OverallProgress:
         )
 
     def begin(self, name: str) -> None:
+        """Show `name` as the experiment now running."""
         self._bar.set_postfix_str(name)
 
     def done(self) -> None:
+        """Count one more experiment as done."""
         self._bar.update(1)
 
     def close(self) -> None:
+        """Close the overall line."""
         self._bar.close()

@@ -3,9 +3,9 @@
 Both documents come from the same blocks: for each experiment a markdown text (title,
 status, summary, the claim-beside-measurement table, the experiment's own tables, or the
 traceback of an error, folded) followed by its figures. The markdown links the PNG files;
-the HTML embeds the same PNG bytes as base64 ``data:`` URIs and carries its CSS inline, so
+the HTML embeds the same PNG bytes as base64 `data:` URIs and carries its CSS inline, so
 the page needs no other file and no network. Every table is built with
-:func:`normlab.lab.tables.markdown_table` (escaped cells); the summary rows link to their
+[normlab.lab.tables.markdown_table][] (escaped cells); the summary rows link to their
 sections; the "reproduce" lines carry the flags the report was made with; the page is
 laid out for phone widths (390 px) without sideways scrolling: wide tables and code blocks
 scroll inside their own box, long words wrap.
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -28,10 +29,11 @@ __all__ = [
     "experiment_markdown",
     "html_document",
     "markdown_document",
+    "verdict_summary",
 ]
 
 _STATUS = {"pass": "PASS", "fail": "FAIL", "not reproduced": "NOT REPRODUCED",
-           "skipped": "SKIPPED", "error": "ERROR"}
+           "inconclusive": "INCONCLUSIVE", "skipped": "SKIPPED", "error": "ERROR"}
 
 _CSS = """
 *, *::before, *::after { box-sizing: border-box; }
@@ -51,6 +53,7 @@ summary { cursor: pointer; }
 .pass { color: #11692b; font-weight: 700; }
 .fail { color: #b00020; font-weight: 700; }
 .notrep { color: #8a5a00; font-weight: 700; }
+.inconc { color: #4a4a8a; font-weight: 700; }
 figure { margin: 1rem 0; }
 figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
 @media (max-width: 600px) { body { margin: 1rem auto; padding: 0 .5rem; }
@@ -61,7 +64,17 @@ figcaption { font-size: .85rem; color: #555; }
 
 @dataclass(frozen=True)
 class RenderedFigure:
-    """One figure of an experiment: its file (relative to the report) and its PNG bytes."""
+    """One figure of an experiment: its file (relative to the report) and its PNG bytes.
+
+    Attributes
+    ----------
+    stem : str
+        The figure's name within its experiment (`"lemma2"`).
+    relpath : str
+        Its file, relative to the report folder (`"figures/xiong_init-lemma2.png"`).
+    png : bytes
+        The PNG file's bytes.
+    """
 
     stem: str
     relpath: str
@@ -73,8 +86,10 @@ def _status_word(outcome: Outcome) -> str:
 
 
 def cli_flags(size: object, seed: object) -> str:
-    """The command-line flags that select ``size`` and ``seed`` (empty for the defaults).
+    """The command-line flags that select `size` and `seed` (empty for the defaults).
 
+    Examples
+    --------
     >>> cli_flags("quick", 2), cli_flags("default", 0)
     (' --quick --seed 2', '')
     """
@@ -111,7 +126,7 @@ def _detects_block(outcome: Outcome) -> list[str]:
 def experiment_markdown(index: int, outcome: Outcome, size: object = None) -> str:
     """The markdown of one experiment, without its figures.
 
-    ``size`` (``"quick"``, ``"default"``, ``"full"``) puts its flag in the reproduce line.
+    `size` (`"quick"`, `"default"`, `"full"`) puts its flag in the reproduce line.
     """
     seed = outcome.result.seed if outcome.result is not None else None
     lines = [
@@ -146,22 +161,70 @@ def experiment_markdown(index: int, outcome: Outcome, size: object = None) -> st
     return "\n".join(lines + _detects_block(outcome))
 
 
+_SUMMARY_ORDER = ("pass", "not reproduced", "inconclusive", "skipped", "error", "fail")
+_INSTALL = re.compile(r'pip install (?:"[^"]+"|\S+)')
+
+
+def verdict_summary(outcomes: Sequence[Outcome]) -> str:
+    """One line that counts each verdict: `8 PASS · 4 NOT REPRODUCED · 0 FAIL`.
+
+    PASS and FAIL are always counted; every other status (NOT REPRODUCED, INCONCLUSIVE,
+    SKIPPED, ERROR, and any the runner adds) only when it occurs. SKIPPED carries the
+    install command(s) its experiments named, so the line says how to run them.
+
+    Parameters
+    ----------
+    outcomes : sequence of Outcome
+        The runner's outcomes ([Outcome][normlab.lab.runner.Outcome]).
+
+    Returns
+    -------
+    str
+        The counts, in the order PASS, NOT REPRODUCED, INCONCLUSIVE, SKIPPED, ERROR, FAIL
+        (other statuses before FAIL), joined by " · ".
+
+    Examples
+    --------
+    >>> from types import SimpleNamespace as O
+    >>> verdict_summary([O(status="pass", error=None), O(status="not reproduced", error=None)])
+    '1 PASS · 1 NOT REPRODUCED · 0 FAIL'
+    """
+    counts: dict[str, int] = {}
+    for o in outcomes:
+        counts[o.status] = counts.get(o.status, 0) + 1
+    order = [s for s in _SUMMARY_ORDER if s != "fail"]
+    order += [s for s in counts if s not in _SUMMARY_ORDER] + ["fail"]
+    parts = []
+    for status in order:
+        n = counts.get(status, 0)
+        if n == 0 and status not in ("pass", "fail"):
+            continue
+        part = f"{n} {status.upper()}"
+        if status == "skipped":
+            hints = dict.fromkeys(
+                m.group(0) for o in outcomes if o.status == "skipped"
+                for m in _INSTALL.finditer(o.error or "")
+            )
+            if hints:
+                part += f" ({', '.join(hints)})"
+        parts.append(part)
+    return " · ".join(parts)
+
+
 def _header(outcomes: Sequence[Outcome], meta: Mapping[str, object]) -> str:
-    passed = sum(o.status == "pass" for o in outcomes)
-    not_rep = sum(o.status == "not reproduced" for o in outcomes)
     lines = [
         "# normlab report",
         "",
         "Each paper's claim beside the value measured here, with PASS/FAIL (NOT REPRODUCED: "
-        "the lab works, the claim measurably does not hold in this setting). "
+        "the lab works, the claim measurably does not hold in this setting; INCONCLUSIVE: "
+        "the measured effect is below what this run can resolve). "
         "Everything below was computed on this machine from embedded data; seeds are fixed.",
         "",
         f"- settings: size `{meta['size']}`, seed `{meta['seed']}`",
         f"- reproduce: `normlab report{cli_flags(meta['size'], meta['seed'])}`",
         f"- versions: {meta['versions_text']}",
         f"- generated: {meta['generated']} (total {meta['total_s']:.1f} s)",
-        f"- result: **{passed} of {len(outcomes)} experiments passed**"
-        + (f", {not_rep} did not reproduce a claim" if not_rep else ""),
+        f"- result: **{verdict_summary(outcomes)}**",
         "",
     ]
     rows = []
@@ -180,7 +243,7 @@ def markdown_document(
     figures: Mapping[str, Sequence[RenderedFigure]],
     meta: Mapping[str, object],
 ) -> str:
-    """The whole ``report.md``: header, summary table, then each experiment and its figures."""
+    """The whole `report.md`: header, summary table, then each experiment and its figures."""
     parts = [_header(outcomes, meta)]
     for i, o in enumerate(outcomes, 1):
         parts.append(experiment_markdown(i, o, meta.get("size")))
@@ -194,7 +257,7 @@ def html_document(
     figures: Mapping[str, Sequence[RenderedFigure]],
     meta: Mapping[str, object],
 ) -> str:
-    """The whole ``report.html``: same content as the markdown, figures embedded as base64."""
+    """The whole `report.html`: same content as the markdown, figures embedded as base64."""
     body = [to_html(_header(outcomes, meta))]
     for i, o in enumerate(outcomes, 1):
         body.append("<section>")  # the id is the anchor at the top of the experiment's text

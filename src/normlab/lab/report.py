@@ -1,12 +1,13 @@
 """Write a lab run to a folder: report.md, report.html, figures/*.png and metrics.json.
 
-Contract: :func:`write_report` renders whatever the outcomes hold (a figure that cannot be
-rendered turns its experiment into an error, the others are kept) and always writes all
-four kinds of file. :func:`run_report` is the engine behind ``normlab report`` and
-``normlab run``: resolve, run with progress, write, and return the exit status.
+Contract: [write_report][normlab.lab.report.write_report] renders whatever the outcomes hold (a
+figure that cannot be rendered turns its experiment into an error, the others are kept) and
+always writes all four kinds of file. [run_report][normlab.lab.report.run_report] is the engine
+behind `normlab report` and `normlab run`: resolve, run with progress, write, and return the
+exit status.
 
-The write is all or nothing (:mod:`normlab.lab._swap`): files are rendered into a new
-hidden folder beside ``out_dir``, which then replaces ``out_dir`` in one rename, under a
+The write is all or nothing (`normlab.lab._swap`): files are rendered into a new
+hidden folder beside `out_dir`, which then replaces `out_dir` in one rename, under a
 lock file beside it. A reader never sees a half-written or mixed report (two concurrent
 runs into one folder: the later swap wins, whole), figures of earlier runs disappear, and
 an interrupt (Ctrl-C) before the swap leaves the previous report untouched.
@@ -17,6 +18,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
+import os
 import platform
 import time
 import traceback
@@ -37,6 +39,7 @@ __all__ = [
     "ReportFiles",
     "check_out_dir",
     "jsonable",
+    "machine",
     "run_report",
     "versions",
     "write_report",
@@ -47,12 +50,64 @@ _PACKAGES = ("normlab", "numpy", "ml_dtypes", "numba", "matplotlib", "tqdm")
 
 @dataclass(frozen=True)
 class ReportFiles:
-    """Paths of what was written."""
+    """Paths of what was written.
+
+    Attributes
+    ----------
+    markdown : pathlib.Path
+        `report.md`.
+    html : pathlib.Path
+        `report.html` (figures embedded).
+    metrics : pathlib.Path
+        `metrics.json` (the raw numbers).
+    figures : tuple of pathlib.Path
+        `figures/*.png`.
+    """
 
     markdown: Path
     html: Path
     metrics: Path
     figures: tuple[Path, ...]
+
+
+def machine() -> dict[str, Any]:
+    """Where the report ran: the CPU model, its logical cores, the OS, the load (for timings).
+
+    `load_average_1min` is the system's load when the report is written (None where the OS
+    does not tell): above the number of cores, other work shared the CPU and the wall times
+    are longer than on an idle machine.
+
+    Examples
+    --------
+    >>> sorted(machine())
+    ['cpu', 'load_average_1min', 'logical_cores', 'platform']
+    """
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            names = [line.split(":", 1)[1].strip() for line in info
+                     if line.startswith("model name")]
+        cpu = names[0] if names else cpu
+    except OSError:  # not Linux
+        pass
+    try:
+        load: float | None = round(os.getloadavg()[0], 2)
+    except (AttributeError, OSError):  # not POSIX
+        load = None
+    return {"cpu": cpu, "logical_cores": os.cpu_count(), "platform": platform.platform(),
+            "load_average_1min": load}
+
+
+def _cpu_seconds() -> float:
+    """CPU time (user + system) of this process and its finished children so far."""
+    try:
+        import resource
+    except ImportError:  # not POSIX: this process only
+        return time.process_time()
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(
+        resource.RUSAGE_CHILDREN
+    )
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
 def versions() -> dict[str, str]:
@@ -67,7 +122,7 @@ def versions() -> dict[str, str]:
 
 
 def jsonable(value: Any) -> Any:
-    """``value`` with numpy scalars/arrays turned into Python ones; non-finite floats as strings.
+    """`value` with numpy scalars/arrays turned into Python ones; non-finite floats as strings.
 
     >>> jsonable({"a": float("inf"), "b": (1, 2)})
     {'a': 'inf', 'b': [1, 2]}
@@ -120,33 +175,44 @@ def _experiment_metrics(o: Outcome) -> dict[str, Any]:
 
 
 def write_report(
-    outcomes: Sequence[Outcome], out_dir: str | Path, settings: Settings, *, total_s: float
+    outcomes: Sequence[Outcome],
+    out_dir: str | Path,
+    settings: Settings,
+    *,
+    total_s: float,
+    cpu_s: float | None = None,
 ) -> ReportFiles:
-    """Write report.md, report.html, figures/*.png and metrics.json as the folder ``out_dir``.
+    """Write report.md, report.html, figures/*.png and metrics.json as the folder `out_dir`.
 
     Parameters
     ----------
-    outcomes : the experiments' outcomes, in report order (see :mod:`normlab.lab.runner`).
-    out_dir : the report folder: created, or replaced whole if it holds an earlier report
-        (sub-folders of ``normlab run NAME`` reports inside it are kept).
-    settings : the size and seed the experiments ran with (written in the header).
-    total_s : wall time of the whole run, in seconds.
+    outcomes
+        The experiments' outcomes, in report order (see [normlab.lab.runner][]).
+    out_dir
+        The report folder: created, or replaced whole if it holds an earlier report (sub-folders
+        of `normlab run NAME` reports inside it are kept).
+    settings
+        The size and seed the experiments ran with (written in the header).
+    total_s
+        Wall time of the whole run, in seconds.
+    cpu_s
+        CPU time (user + system) of the whole run, in seconds, when it was measured.
 
     Returns
     -------
     ReportFiles
-        The paths written (inside ``out_dir``).
+        The paths written (inside `out_dir`).
 
     Raises
     ------
     ValueError
-        ``out_dir`` is a file, cannot be written, or holds files that are not a report
-        (see :func:`check_out_dir`); nothing is written then.
+        `out_dir` is a file, cannot be written, or holds files that are not a report (see
+        [check_out_dir][normlab.lab.report.check_out_dir]); nothing is written then.
     """
     out = Path(out_dir)
     check_out_dir(out)
     with staged_folder(out) as stage:
-        files = _write_files(outcomes, stage, settings, total_s=total_s)
+        files = _write_files(outcomes, stage, settings, total_s=total_s, cpu_s=cpu_s)
     return ReportFiles(
         out / files.markdown.name,
         out / files.html.name,
@@ -156,9 +222,10 @@ def write_report(
 
 
 def _write_files(
-    outcomes: Sequence[Outcome], out: Path, settings: Settings, *, total_s: float
+    outcomes: Sequence[Outcome], out: Path, settings: Settings, *, total_s: float,
+    cpu_s: float | None = None,
 ) -> ReportFiles:
-    """Render every file of the report into the (new, empty) folder ``out``."""
+    """Render every file of the report into the (new, empty) folder `out`."""
     (out / "figures").mkdir(parents=True, exist_ok=True)
     figures = {o.name: _render_figures(o, out) for o in outcomes}
     for o in outcomes:  # figures are written; free matplotlib's memory
@@ -179,7 +246,9 @@ def _write_files(
         "generated_utc": meta["generated"],
         "settings": {"size": settings.size, "seed": settings.seed},
         "versions": found,
+        "machine": machine(),
         "total_elapsed_s": round(total_s, 3),
+        "total_cpu_s": None if cpu_s is None else round(cpu_s, 3),
         "passed": exit_status(outcomes) == 0,
         "experiments": {o.name: _experiment_metrics(o) for o in outcomes},
     }
@@ -198,28 +267,39 @@ def run_report(
     show_progress: bool = False,
     loader: Callable[[str], Any] = load,
 ) -> tuple[int, list[Outcome], ReportFiles]:
-    """Run ``names`` and write the report into ``out_dir``: the engine of ``normlab report``.
+    """Run `names` and write the report into `out_dir`: the engine of `normlab report`.
 
     Parameters
     ----------
-    names : experiment names in report order (:func:`normlab.lab.experiments.resolve`).
-    settings : size and seed for every experiment.
-    out_dir : output folder.
-    show_progress : tqdm bars on stderr (one per experiment plus the overall line).
-    loader : maps a name to its module (default: import it from the registry).
+    names
+        Experiment names in report order ([normlab.lab.experiments.resolve][]).
+    settings
+        Size and seed for every experiment.
+    out_dir
+        Output folder.
+    show_progress
+        Tqdm bars on stderr (one per experiment plus the overall line).
+    loader
+        Maps a name to its module (default: import it from the registry).
 
     Returns
     -------
-    (status, outcomes, files)
-        ``status`` is 0 when every experiment passed, else 1.
+    status : int
+        The exit status: 0 unless an experiment FAILs or raises an exception, then 1 (PASS,
+        NOT REPRODUCED, INCONCLUSIVE and SKIPPED all give 0).
+    outcomes : list of Outcome
+        One per experiment, in order.
+    files : ReportFiles
+        What was written.
 
-    Example
-    -------
+    Examples
+    --------
     >>> status, outcomes, files = run_report(["invariance"], Settings("quick"), "out")
     ... # doctest: +SKIP
     """
     check_out_dir(out_dir)  # a bad folder is reported before any experiment runs
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), _cpu_seconds()
     outcomes = run_experiments(names, settings, loader=loader, show_progress=show_progress)
-    files = write_report(outcomes, out_dir, settings, total_s=time.perf_counter() - start)
+    files = write_report(outcomes, out_dir, settings, total_s=time.perf_counter() - start,
+                         cpu_s=_cpu_seconds() - cpu_start)
     return exit_status(outcomes), outcomes, files

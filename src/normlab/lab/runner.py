@@ -1,13 +1,15 @@
 """Run selected experiments one after another, catching what goes wrong in each.
 
-Contract: :func:`run_experiments` never raises because of an experiment. A module that
-fails to import, an exception inside ``run`` or a result of the wrong type becomes an
-``"error"`` :class:`Outcome` carrying the traceback; the next experiment still runs. An
-experiment with a failed criterion is a ``"fail"``; one whose criteria hold but which
-measures a paper's claim as not holding here is ``"not reproduced"`` (an honest result); one
-whose optional dependency is missing raises :class:`ExperimentSkipped` and is ``"skipped"``.
-:func:`exit_status` is 0 only when every outcome is ``"pass"``, ``"not reproduced"`` or
-``"skipped"``.
+Contract: [run_experiments][normlab.lab.runner.run_experiments] never raises because of an
+experiment. A module that fails to import, an exception inside `run` or a result of the wrong
+type becomes an `"error"` [Outcome][normlab.lab.runner.Outcome] carrying the traceback; the next
+experiment still runs. An experiment with a failed criterion is a `"fail"`; one whose criteria
+hold but which measures a paper's claim as not holding here is `"not reproduced"` (an honest
+result); one whose measured effect is below what the run can resolve is `"inconclusive"`
+(also honest, and counted apart); one whose optional dependency is missing raises
+[ExperimentSkipped][normlab.lab.result.ExperimentSkipped] and is `"skipped"`.
+[exit_status][normlab.lab.runner.exit_status] is 0 only when every outcome is `"pass"`, `"not
+reproduced"`, `"inconclusive"` or `"skipped"`.
 """
 
 from __future__ import annotations
@@ -29,21 +31,41 @@ from normlab.lab.result import (
 
 __all__ = ["Outcome", "exit_status", "run_experiments"]
 
-Status = Literal["pass", "fail", "not reproduced", "skipped", "error"]
-_STATUS: dict[str, Status] = {"PASS": "pass", "FAIL": "fail", "NOT REPRODUCED": "not reproduced"}
+Status = Literal["pass", "fail", "not reproduced", "inconclusive", "skipped", "error"]
+"""What happened to one experiment (see the module docstring)."""
+_STATUS: dict[str, Status] = {"PASS": "pass", "FAIL": "fail", "NOT REPRODUCED": "not reproduced",
+                              "INCONCLUSIVE": "inconclusive"}
 
 
 @dataclass
 class Outcome:
-    """What happened to one experiment: its result, or the traceback that stopped it."""
+    """What happened to one experiment: its result, or the traceback that stopped it.
+
+    Attributes
+    ----------
+    name : str
+        The experiment's name.
+    title : str
+        Its title.
+    status : {"pass", "fail", "not reproduced", "skipped", "error"}
+        What happened.
+    elapsed_s : float
+        Wall time of the run, in seconds.
+    result : ExperimentResult or None
+        What the experiment reported (None on "error" and "skipped").
+    error : str or None
+        The traceback when "error"; the reason (the install line) when "skipped".
+    detects : tuple of str
+        The module's `DETECTS`: the breaks it is known to catch.
+    """
 
     name: str
     title: str
     status: Status
     elapsed_s: float
     result: ExperimentResult | None = None
-    error: str | None = None  # traceback when "error"; the reason (install line) when "skipped"
-    detects: tuple[str, ...] = ()  # the module's DETECTS: breaks it is known to catch
+    error: str | None = None
+    detects: tuple[str, ...] = ()
 
 
 def _run_one(
@@ -81,14 +103,23 @@ def run_experiments(
     loader: Callable[[str], Any] = load,
     show_progress: bool = False,
 ) -> list[Outcome]:
-    """Run ``names`` in order with ``settings``; one :class:`Outcome` per name.
+    """Run `names` in order with `settings`; one `Outcome` per name.
 
     Parameters
     ----------
-    names : experiment names (already resolved, see :func:`normlab.lab.experiments.resolve`).
-    settings : size and seed handed to every experiment.
-    loader : maps a name to its module (tests pass fakes); default imports the registry's.
-    show_progress : show tqdm bars (one per experiment, plus the overall line) on stderr.
+    names
+        Experiment names (already resolved, see [normlab.lab.experiments.resolve][]).
+    settings
+        Size and seed handed to every experiment.
+    loader
+        Maps a name to its module (tests pass fakes); default imports the registry's.
+    show_progress
+        Show tqdm bars (one per experiment, plus the overall line) on stderr.
+
+    Returns
+    -------
+    list of Outcome
+        One [Outcome][normlab.lab.runner.Outcome] per name, in order.
 
     Notes
     -----
@@ -121,7 +152,11 @@ def run_experiments(
 
 
 def exit_status(outcomes: Sequence[Outcome]) -> int:
-    """0 when every experiment passed (or honestly did not reproduce a claim, or was skipped
-    for a missing optional dependency), else 1."""
-    ok = ("pass", "not reproduced", "skipped")
+    """The exit status of a report: 0 unless an experiment FAILs or raises an exception, then 1.
+
+    0 when every outcome is PASS, NOT REPRODUCED (an honest result), INCONCLUSIVE (an effect
+    below what the run can resolve) or SKIPPED (a missing optional dependency); 1 on FAIL or
+    ERROR, and for a report without any outcome.
+    """
+    ok = ("pass", "not reproduced", "inconclusive", "skipped")
     return 0 if outcomes and all(o.status in ok for o in outcomes) else 1

@@ -1,10 +1,10 @@
 """Markdown pipe tables for the report: built with escaped cells, and read back.
 
-Contract: :func:`markdown_table` is the one way an experiment writes a table. Every cell is
-collapsed to one line and its ``|`` escaped as ``\\|``, so text such as ``||x||`` can never
-split a cell; :func:`parse_tables` reads every pipe table of a markdown text back into cells
-(splitting only on unescaped ``|``), which is how the tests check that each table of each
-report has one column count.
+Contract: [markdown_table][normlab.lab.tables.markdown_table] is the one way an experiment
+writes a table. Every cell is collapsed to one line and its `|` escaped as `\\|`, so text such
+as `||x||` can never split a cell; [parse_tables][normlab.lab.tables.parse_tables] reads every
+pipe table of a markdown text back into cells (splitting only on unescaped `|`), which is how
+the tests check that each table of each report has one column count.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ _SEPARATOR = re.compile(r"^\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)*\|?\s*$")
 
 
 def escape_cell(text: object) -> str:
-    """``text`` on one line with every ``|`` escaped (``"a|b"`` -> ``"a\\|b"``).
+    """`text` on one line with every `|` escaped (`"a|b"` -> `"a\\|b"`).
 
     >>> escape_cell("||x||\\n 2")
     '\\\\|\\\\|x\\\\|\\\\| 2'
@@ -28,23 +28,27 @@ def escape_cell(text: object) -> str:
 
 
 def markdown_table(header: Sequence[object], rows: Iterable[Sequence[object]]) -> str:
-    """A pipe table: header row, ``---`` separator, one line per row, cells escaped.
+    """A pipe table: header row, `---` separator, one line per row, cells escaped.
 
     Parameters
     ----------
-    header : the column titles (C of them).
-    rows : each a sequence of exactly C cells (anything ``str()`` can format).
+    header
+        The column titles (C of them).
+    rows
+        Each a sequence of exactly C cells (anything `str()` can format).
 
     Returns
     -------
-    str : the table's markdown, without a trailing newline.
+    str
+        The table's markdown, without a trailing newline.
 
     Raises
     ------
-    ValueError : a row whose length differs from the header's (names the row).
+    ValueError
+        a row whose length differs from the header's (names the row).
 
-    Example
-    -------
+    Examples
+    --------
     >>> print(markdown_table(["l", "||x||"], [[1, 2.5]]))
     | l | \\|\\|x\\|\\| |
     |---|---|
@@ -64,7 +68,7 @@ def markdown_table(header: Sequence[object], rows: Iterable[Sequence[object]]) -
 
 
 def split_row(line: str) -> list[str]:
-    """The cells of one table line, split on unescaped ``|`` (escapes undone)."""
+    """The cells of one table line, split on unescaped `|` (escapes undone)."""
     row = line.strip()
     if row.startswith("|"):
         row = row[1:]
@@ -74,10 +78,10 @@ def split_row(line: str) -> list[str]:
 
 
 def parse_tables(markdown: str) -> list[list[list[str]]]:
-    """Every pipe table in ``markdown`` (outside fenced code) as a list of rows of cells.
+    """Every pipe table in `markdown` (outside fenced code) as a list of rows of cells.
 
-    A table is a line starting with ``|`` followed by a ``---`` separator line; it runs
-    while lines start with ``|``. The separator row is left out.
+    A table is a line starting with `|` followed by a `---` separator line; it runs
+    while lines start with `|`. The separator row is left out.
 
     >>> parse_tables("text\\n\\n| a | b |\\n|---|---|\\n| 1 | x\\\\|y |\\n")
     [[['a', 'b'], ['1', 'x|y']]]

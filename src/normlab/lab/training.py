@@ -1,11 +1,11 @@
 """A tiny character-level language-modelling loop shared by the lab's training experiments.
 
-Contract: the shipped corpus (``lab/data/corpus.txt``, original prose written for normlab)
-is read with :mod:`importlib.resources`, encoded character by character, split into a
-training and a validation part, and served as random windows drawn from a generator that
-the caller passes in. :func:`train_lm` runs AdamW with an optional linear warmup and stops
-early when the loss is no longer finite. Dimension letters: B = batch, T = time (context),
-V = vocabulary.
+Contract: the shipped corpus (`lab/data/corpus.txt`, original prose written for normlab) is read
+with `importlib.resources`, encoded character by character, split into a training and a
+validation part, and served as random windows drawn from a generator that the caller passes in.
+[train_lm][normlab.lab.training.train_lm] runs AdamW with an optional linear warmup and stops
+early when the loss is no longer finite. Dimension letters: B = batch, T = time (context), V =
+vocabulary.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from normlab.nn import TransformerLM, softmax_cross_entropy
 from normlab.nn.optim import AdamW
 
 __all__ = [
+    "ADAM_BETAS",
     "CharCorpus",
     "TrainLog",
     "load_corpus",
@@ -37,6 +38,11 @@ __all__ = [
 ]
 
 
+ADAM_BETAS = (0.9, 0.98)
+"""The AdamW betas of [train_lm][normlab.lab.training.train_lm] (Vaswani et al. 2017; Xiong
+et al. 2020 train with the same)."""
+
+
 @contextlib.contextmanager
 def single_threaded() -> Iterator[None]:
     """Run the block with one BLAS thread and one numba thread, then restore both.
@@ -44,9 +50,11 @@ def single_threaded() -> Iterator[None]:
     The lab's models multiply matrices of a few hundred rows: extra threads only add
     synchronisation, which turns into waiting (tens of milliseconds per product) as soon
     as other processes share the cores, and the thread count would change the summation
-    order from one machine to the next. BLAS is limited through ``threadpoolctl`` when it
-    is installed; numba through ``numba.set_num_threads`` when numba is.
+    order from one machine to the next. BLAS is limited through `threadpoolctl` when it
+    is installed; numba through `numba.set_num_threads` when numba is.
 
+    Examples
+    --------
     >>> with single_threaded():
     ...     pass
     """
@@ -70,12 +78,12 @@ def single_threaded() -> Iterator[None]:
 def on_one_thread(
     run: Callable[[Settings, Progress], ExperimentResult],
 ) -> Callable[[Settings, Progress], ExperimentResult]:
-    """Make an experiment's ``run`` use one BLAS thread and one numba thread.
+    """Make an experiment's `run` use one BLAS thread and one numba thread.
 
     For experiments made of many calls on small arrays: one thread avoids the
     synchronisation waits that dominate small products on shared cores. Which of kernel
     and reference runs, serially or in parallel, is the library's decision
-    (:mod:`normlab._backend`, :mod:`normlab.kernels._adapt`): small inputs already run the
+    (`normlab._backend`, `normlab.kernels._adapt`): small inputs already run the
     serial kernels on the calling thread (an (8, 64) LayerNorm forward took 20 us there
     against 87 us through the NumPy reference).
     """
@@ -92,27 +100,37 @@ def on_one_thread(
 # the library (and whose premise, references faster than kernels on small arrays, did not
 # hold). Kept so the experiments need no change.
 on_references = on_one_thread
+"""The former name of [on_one_thread][normlab.lab.training.on_one_thread] (same function)."""
 
 
 @dataclass(frozen=True)
 class CharCorpus:
-    """A text encoded as character ids, with its alphabet."""
+    """A text encoded as character ids, with its alphabet.
+
+    Attributes
+    ----------
+    alphabet : str
+        The distinct characters, in id order.
+    ids : numpy.ndarray
+        The text as int32 ids, shape (length,).
+    """
 
     alphabet: str
-    ids: np.ndarray  # (length,) int32
+    ids: np.ndarray
 
     @property
     def vocab(self) -> int:
+        """The number of distinct characters (V)."""
         return len(self.alphabet)
 
     def split(self, valid_fraction: float = 0.1) -> tuple[np.ndarray, np.ndarray]:
-        """The first ``1 - valid_fraction`` of the ids for training, the rest for validation."""
+        """The first `1 - valid_fraction` of the ids for training, the rest for validation."""
         cut = int(self.ids.size * (1.0 - valid_fraction))
         return self.ids[:cut], self.ids[cut:]
 
 
 def load_corpus() -> CharCorpus:
-    """The shipped prose corpus as a :class:`CharCorpus` (alphabet sorted by code point).
+    """The shipped prose corpus as a `CharCorpus` (alphabet sorted by code point).
 
     >>> c = load_corpus(); c.vocab < 100 and c.ids.size > 20_000
     True
@@ -127,18 +145,18 @@ def load_corpus() -> CharCorpus:
 def sample_batch(
     ids: np.ndarray, batch: int, context: int, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``batch`` random windows: inputs ids[s:s+T] and next-character targets ids[s+1:s+T+1]."""
+    """`batch` random windows: inputs ids[s:s+T] and next-character targets ids[s+1:s+T+1]."""
     starts = rng.integers(0, ids.size - context - 1, size=batch)  # B
     offsets = starts[:, None] + np.arange(context)[None, :]  # B,T
     return ids[offsets], ids[offsets + 1]
 
 
 def lr_at(step: int, peak: float, warmup: int, total: int = 0, final: float = 1.0) -> float:
-    """Linear warmup over ``warmup`` steps, times a linear decay to ``final * peak`` at ``total``.
+    """Linear warmup over `warmup` steps, times a linear decay to `final * peak` at `total`.
 
     lr(t) = peak * min(1, (t + 1) / warmup) * (1 - (1 - final) * t / total)
 
-    ``warmup = 0`` starts at the peak; ``total = 0`` (or ``final = 1``) means no decay.
+    `warmup = 0` starts at the peak; `total = 0` (or `final = 1`) means no decay.
 
     >>> lr_at(0, 1.0, 4), lr_at(3, 1.0, 4), lr_at(9, 1.0, 0), lr_at(50, 1.0, 0, 100, 0.0)
     (0.25, 1.0, 1.0, 0.5)
@@ -150,7 +168,17 @@ def lr_at(step: int, peak: float, warmup: int, total: int = 0, final: float = 1.
 
 @dataclass
 class TrainLog:
-    """Loss curve of one run (NaN after a divergence) and its final validation loss."""
+    """Loss curve of one run (NaN after a divergence) and its final validation loss.
+
+    Attributes
+    ----------
+    train_loss : list of float
+        The training loss of every step (NaN after a divergence).
+    valid_loss : float
+        The final validation loss, in nats per character (NaN when diverged).
+    diverged : bool
+        True when the training loss became NaN or inf.
+    """
 
     train_loss: list[float] = field(default_factory=list)
     valid_loss: float = math.nan
@@ -179,30 +207,38 @@ def train_lm(
     final_lr_fraction: float = 1.0,
     on_step: Callable[[], None] | None = None,
 ) -> TrainLog:
-    """Train ``model`` with AdamW (betas 0.9/0.98, no weight decay) on random windows.
+    """Train `model` with AdamW (betas 0.9/0.98, no weight decay) on random windows.
 
-    The learning rate follows :func:`lr_at` (warmup, then linear decay to
-    ``final_lr_fraction * peak_lr`` at the last step).
+    The learning rate follows [lr_at][normlab.lab.training.lr_at] (warmup, then linear decay to
+    `final_lr_fraction * peak_lr` at the last step).
 
-    Stops as soon as the training loss is NaN or inf (the run is marked ``diverged`` and the
+    Stops as soon as the training loss is NaN or inf (the run is marked `diverged` and the
     rest of its curve is NaN).
 
     Parameters
     ----------
-    model : the language model (its parameters are updated in place).
-    corpus : the encoded text; the first 90% trains, the last 10% validates.
-    steps, batch, context : optimizer steps, windows per batch (B), window length (T).
-    peak_lr, warmup, final_lr_fraction : the schedule of :func:`lr_at`.
-    rng : draws the windows.
-    on_step : called after every completed step (progress bars).
+    model
+        The language model (its parameters are updated in place).
+    corpus
+        The encoded text; the first 90% trains, the last 10% validates.
+    steps, batch, context
+        Optimizer steps, windows per batch (B), window length (T).
+    peak_lr, warmup, final_lr_fraction
+        The schedule of [lr_at][normlab.lab.training.lr_at].
+    rng
+        Draws the windows.
+    on_step
+        Called after every completed step (progress bars).
 
     Returns
     -------
-    TrainLog : the training loss of every step and the validation loss (mean next-character
-    cross-entropy in nats over non-overlapping windows of the validation text).
+    TrainLog
+        The training loss of every step and the validation loss (mean next-character
+        cross-entropy in nats over non-overlapping windows of the validation text).
+
     """
     train_ids, valid_ids = corpus.split()
-    opt = AdamW(model.parameters(), lr=peak_lr, betas=(0.9, 0.98), weight_decay=0.0)
+    opt = AdamW(model.parameters(), lr=peak_lr, betas=ADAM_BETAS, weight_decay=0.0)
     log = TrainLog()
     for step in range(steps):
         x, y = sample_batch(train_ids, batch, context, rng)  # B,T each

@@ -1,8 +1,8 @@
 """Layers that compose the functional core: a small Module protocol with explicit backward.
 
-Every module keeps its parameters (:class:`Parameter`, with ``.data`` and an accumulated
-``.grad``), its state (running statistics, train/eval) and the cache between ``forward`` and
-``backward``; the arithmetic of the norms and of dropout is the functional core's.
+Every module keeps its parameters ([Parameter][normlab.nn.Parameter], with `.data` and an
+accumulated `.grad`), its state (running statistics, train/eval) and the cache between `forward`
+and `backward`; the arithmetic of the norms and of dropout is the functional core's.
 
 Examples
 --------

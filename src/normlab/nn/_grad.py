@@ -10,7 +10,7 @@ __all__ = ["input_grad"]
 
 
 def input_grad(module: Module, dout: np.ndarray) -> np.ndarray:
-    """``module.backward(dout)``, which must be an array (not None as for Embedding)."""
+    """`module.backward(dout)`, which must be an array (not None as for Embedding)."""
     dx = module.backward(dout)
     if dx is None:
         raise TypeError(

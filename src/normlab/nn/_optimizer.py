@@ -1,9 +1,9 @@
 """The optimizer base: parameter checks, per-parameter state and its checkpoint.
 
-Contract: ``Optimizer`` validates every parameter, gradient and state entry before a
-``step`` changes anything, and ``load_state_dict`` validates a whole state dict (PyTorch's
-layout: ``{"state": {index: {...}}, "param_groups": [{..., "params": [0, 1, ...]}]}``)
-before it assigns. Sub-classes (:mod:`normlab.nn.optim`) supply the hyperparameter and
+Contract: `Optimizer` validates every parameter, gradient and state entry before a
+`step` changes anything, and `load_state_dict` validates a whole state dict (PyTorch's
+layout: `{"state": {index: {...}}, "param_groups": [{..., "params": [0, 1, ...]}]}`)
+before it assigns. Sub-classes ([normlab.nn.optim][]) supply the hyperparameter and
 state-entry checks and the update formula.
 """
 
@@ -30,7 +30,7 @@ __all__: list[str] = []  # the base class is private; SGD / AdamW are in optim.p
 
 
 def _param_data(p: Any, i: int) -> np.ndarray:
-    """``params[i].data``: a real floating ndarray (updated in place)."""
+    """`params[i].data`: a real floating ndarray (updated in place)."""
     if not isinstance(getattr(p, "data", None), np.ndarray):
         raise TypeError(
             f"params[{i}].data must be a numpy ndarray (updated in place); "
@@ -42,8 +42,8 @@ def _param_data(p: Any, i: int) -> np.ndarray:
 class Optimizer:
     """Shared parameter handling: validation, zero_grad, per-parameter state, checkpoints.
 
-    Sub-classes define ``_HYPER`` (hyperparameter names), ``_check_hyper`` (validates a
-    mapping of them, for ``__init__`` and ``load_state_dict`` alike) and ``_check_entry``
+    Sub-classes define `_HYPER` (hyperparameter names), `_check_hyper` (validates a
+    mapping of them, for `__init__` and `load_state_dict` alike) and `_check_entry`
     (validates one parameter's loaded state).
     """
 
@@ -83,7 +83,7 @@ class Optimizer:
     def _grads(self) -> list[np.ndarray | None]:
         """Every parameter, gradient and state entry, validated before anything is touched.
 
-        A parameter with a gradient must have a writeable float ``.data`` whose shape and
+        A parameter with a gradient must have a writeable float `.data` whose shape and
         state dtype still match its optimizer state.
         """
         grads: list[np.ndarray | None] = []
@@ -108,7 +108,7 @@ class Optimizer:
                 )
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """Set every ``.grad`` to None (PyTorch's default) or fill it with zeros in place."""
+        """Set every `.grad` to None (PyTorch's default) or fill it with zeros in place."""
         set_to_none = check_bool(set_to_none, "set_to_none")
         for p in self.params:
             if set_to_none:
@@ -117,10 +117,10 @@ class Optimizer:
                 p.grad[...] = 0
 
     def state_dict(self) -> dict[str, Any]:
-        """``{"state": {index: {name: value}}, "param_groups": [{hyperparameters, params}]}``
+        """`{"state": {index: {name: value}}, "param_groups": [{hyperparameters, params}]}`
         (PyTorch's layout; arrays are copies, everything else Python scalars).
 
-        Nested, so save it with :func:`normlab.checkpoint.save` (``np.savez`` without
+        Nested, so save it with [normlab.checkpoint.save][] (`np.savez` without
         pickle) or pickle.
         """
         state = {
@@ -131,16 +131,17 @@ class Optimizer:
         return {"state": state, "param_groups": [group]}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore hyperparameters and per-parameter state from :meth:`state_dict`.
+        """Restore hyperparameters and per-parameter state from `state_dict`.
 
         Everything is checked first (keys, the number of parameters, hyperparameters as in
         the constructor, each state array's shape, finiteness of counters); arrays are
         copied into the state dtype of their parameter (float32, or float64 for float64
-        parameters). Scalars may be 0-d arrays (``np.load``). Nothing changes on error.
+        parameters). Scalars may be 0-d arrays (`np.load`). Nothing changes on error.
 
         Raises
         ------
-        TypeError / ValueError naming the offending entry.
+        TypeError, ValueError
+            Naming the offending entry.
         """
         if not isinstance(state, Mapping) or set(state) != {"state", "param_groups"}:
             got = sorted(state) if isinstance(state, Mapping) else type(state).__name__
@@ -171,7 +172,7 @@ class Optimizer:
         raise NotImplementedError
 
     def _state_array(self, i: int, entry: Mapping[str, Any], key: str) -> np.ndarray:
-        """A copy of ``entry[key]`` in the parameter's state dtype, of its shape."""
+        """A copy of `entry[key]` in the parameter's state dtype, of its shape."""
         name = f"state['state'][{i}][{key!r}]"
         arr = as_float_array(entry[key], name)
         check_shape(arr, self.params[i].data.shape, name, f"the shape of params[{i}].data")

@@ -1,4 +1,4 @@
-"""Element-wise activations: :class:`ReLU` and :class:`GELU` (exact erf or tanh form).
+"""Element-wise activations: `ReLU` and `GELU` (exact erf or tanh form).
 
 Contract: outputs have the input's shape and dtype; the cache is a reference to the input
 (the derivative is recomputed in backward). GELU is computed in float64 for float64 inputs
@@ -30,10 +30,10 @@ def erf(z: np.ndarray, *, rtol: float = 1e-17) -> np.ndarray:
     erf(z) = 2/sqrt(pi) exp(-z^2) sum_{n>=0} 2^n z^(2n+1) / (1*3*...*(2n+1))
 
     (Abramowitz & Stegun 7.1.6). Every term has the sign of z, so the sum has no
-    cancellation; it is iterated until every next term is below ``rtol`` times its sum (at
+    cancellation; it is iterated until every next term is below `rtol` times its sum (at
     |z| = 6 about 130 terms; |z| >= 6 returns +-1, exact to float64 since
-    erfc(6) < 2.2e-17). Measured against ``math.erf`` on [-8, 8] the absolute error is below
-    3e-15 (largest near |z| = 6, where the sum is about 1e15); ``rtol=1e-9`` is ample for
+    erfc(6) < 2.2e-17). Measured against `math.erf` on [-8, 8] the absolute error is below
+    3e-15 (largest near |z| = 6, where the sum is about 1e15); `rtol=1e-9` is ample for
     float32 results and needs about half the terms.
 
     Examples
@@ -92,19 +92,20 @@ def _gelu(x: np.ndarray, approximate: str, derivative: bool) -> np.ndarray:
 class GELU(Module):
     """Gaussian Error Linear Unit (Hendrycks & Gimpel 2016).
 
-    gelu(x) = x Phi(x) = 0.5 x (1 + erf(x / sqrt 2))   (``approximate="none"``, exact)
-    gelu(x) ~ 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))   (``approximate="tanh"``)
+    gelu(x) = x Phi(x) = 0.5 x (1 + erf(x / sqrt 2))   (`approximate="none"`, exact)
+    gelu(x) ~ 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))   (`approximate="tanh"`)
 
-    Both match ``torch.nn.GELU`` with the same ``approximate`` argument.
+    Both match `torch.nn.GELU` with the same `approximate` argument.
 
     Parameters
     ----------
-    approximate : {"none", "tanh"}
+    approximate
+        {"none", "tanh"}
 
     Raises
     ------
     ValueError
-        On another ``approximate``.
+        On another `approximate`.
 
     Examples
     --------

@@ -3,10 +3,10 @@
 Dimension letters: B = batch, T = sequence length, C = model width, H = heads,
 S = C / H head width.
 
-Contract: the four projections are :class:`~normlab.nn.Linear` sub-modules ``query``,
-``key``, ``value`` and ``out`` (weights (C, C), PyTorch layout); the softmax is computed in
+Contract: the four projections are [Linear][normlab.nn.Linear] sub-modules `query`,
+`key`, `value` and `out` (weights (C, C), PyTorch layout); the softmax is computed in
 float64 for float64 inputs and float32 otherwise, after subtracting each row's maximum.
-Position t attends to positions 0..t. ``zero_qk=True`` sets W^Q = W^K = 0 (and their biases),
+Position t attends to positions 0..t. `zero_qk=True` sets W^Q = W^K = 0 (and their biases),
 the simplified model of Xiong et al. 2020 in which every position averages the values of its
 prefix uniformly.
 """
@@ -54,7 +54,7 @@ class CausalSelfAttention(Module):
     Parameters
     ----------
     d_model : int
-        C, divisible by ``n_heads``.
+        C, divisible by `n_heads`.
     n_heads : int
         H >= 1.
     rng : numpy.random.Generator
@@ -64,14 +64,21 @@ class CausalSelfAttention(Module):
     zero_qk : bool
         Set W^Q, W^K (and their biases) to zero: uniform attention over the prefix.
     init : {"uniform", "xavier_normal", "normal"}
-        Weight init of the projections (see :class:`~normlab.nn.Linear`).
+        Weight init of the projections (see [Linear][normlab.nn.Linear]).
     dtype : dtype
         Parameter dtype.
+
+    Attributes
+    ----------
+    query, key, value, out : Linear
+        The four (C, C) projections, W^Q, W^K, W^V and W^O.
+    d_model, n_heads : int
+        C and H.
 
     Raises
     ------
     ValueError
-        When ``d_model`` is not divisible by ``n_heads`` or a size is < 1.
+        When `d_model` is not divisible by `n_heads` or a size is < 1.
 
     Examples
     --------

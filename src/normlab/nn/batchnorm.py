@@ -1,13 +1,13 @@
-"""Batch normalisation as a layer: :class:`BatchNorm` (Ioffe & Szegedy 2015).
+"""Batch normalisation as a layer: [BatchNorm][normlab.nn.BatchNorm] (Ioffe & Szegedy 2015).
 
 Dimension letters: N = batch (and every other non-feature axis), C = features.
 
-Contract: the layer owns ``weight``/``bias`` (gamma, beta) and the buffers
-``running_mean``/``running_var``, and composes :func:`normlab.norms.batch_norm_forward`,
-which updates the buffers in place in training mode (only after its input checks pass).
-normlab's momentum is the fraction of the old statistic kept (0.9, the chapter's
-Listing 16.3); PyTorch's ``momentum=m`` corresponds to ``momentum=1 - m`` here together with
-``unbiased_running_var=True``.
+Contract: the layer owns `weight`/`bias` (gamma, beta) and the buffers
+`running_mean`/`running_var`, and composes
+[normlab.norms.batch_norm_forward][normlab.batch_norm_forward], which updates the buffers in
+place in training mode (only after its input checks pass). normlab's momentum is the fraction of
+the old statistic kept (0.9, the chapter's Listing 16.3); PyTorch's `momentum=m` corresponds to
+`momentum=1 - m` here together with `unbiased_running_var=True`.
 """
 
 from __future__ import annotations
@@ -37,21 +37,31 @@ class BatchNorm(Module):
     momentum : float
         In [0, 1]: fraction of the old running statistic kept (0.9 default).
     eps : float
-        > 0.
+        Added to the variance (> 0).
+
     affine : bool
-        Learn ``weight`` (1) and ``bias`` (0).
+        Learn `weight` (1) and `bias` (0).
     axis : int
         Feature axis: -1 for (N, C) and channels-last, 1 for (N, C, H, W).
     unbiased_running_var : bool
-        Store the unbiased batch variance in ``running_var`` (PyTorch); biased by default.
+        Store the unbiased batch variance in `running_var` (PyTorch); biased by default.
     dtype : dtype
         Dtype of the parameters and the running statistics.
+
+    Attributes
+    ----------
+    weight, bias : Parameter
+        gamma (init 1) and beta (init 0), shape (C,); absent without `affine`.
+    running_mean, running_var : numpy.ndarray
+        The running statistics (C,) (init 0 and 1), updated in place in training.
+    num_features, momentum, eps, axis, unbiased_running_var
+        The settings, as given.
 
     Raises
     ------
     ValueError, TypeError
-        On bad sizes, momentum or eps; in forward on x without C features on ``axis`` (and,
-        from the functional core, a training batch with one value per feature).
+        On bad sizes, momentum or eps; in forward on x without C features on `axis` (and, from
+        the functional core, a training batch with one value per feature).
 
     Examples
     --------

@@ -1,7 +1,7 @@
-"""Gradient-check a whole module: its input and every parameter, with :mod:`normlab.gradcheck`.
+"""Gradient-check a whole module: its input and every parameter, with [normlab.gradcheck][].
 
-Contract: the module is evaluated as the pure function ``(x, *parameter values) -> out``
-in float64. Between evaluations every generator held by a sub-module (Dropout's ``rng``) is
+Contract: the module is evaluated as the pure function `(x, *parameter values) -> out`
+in float64. Between evaluations every generator held by a sub-module (Dropout's `rng`) is
 rewound and every buffer (running statistics) is restored, so the function is
 deterministic; at the end the parameters get their original arrays back and their gradients
 are cleared.
@@ -33,7 +33,7 @@ def module_gradcheck(
     h: float = 1e-6,
     tol: float | None = None,
 ) -> float:
-    """Largest relative error of ``module.backward`` against central differences.
+    """Largest relative error of `module.backward` against central differences.
 
     Checks d L / d x (unless x is an integer array, e.g. token ids) and d L / d p for the
     selected parameters, where L = <dout, module(x)> with a random dout.
@@ -49,7 +49,7 @@ def module_gradcheck(
     params : bool or sequence of str
         True: every parameter; False: none; or the dotted names to check.
     mode, num_directions, h, tol
-        As :func:`normlab.gradcheck` (``"directional"`` for big models).
+        As [normlab.gradcheck][] (`"directional"` for big models).
 
     Returns
     -------
@@ -59,7 +59,8 @@ def module_gradcheck(
     Raises
     ------
     normlab.GradcheckError
-        When ``tol`` is given and exceeded.
+        When `tol` is given and exceeded.
+
     ValueError
         On an unknown parameter name.
 

@@ -1,5 +1,5 @@
-"""Composition: :class:`Sequential`, :class:`PreNormStack` (and :class:`Residual`, defined in
-:mod:`normlab.nn.residual` and re-exported here).
+"""Composition: `Sequential`, `PreNormStack` (and `Residual`, defined in
+[normlab.nn.residual][] and re-exported here).
 
 Contract: containers own no arithmetic; backward runs the children's backward in reverse
 order.
@@ -22,7 +22,7 @@ __all__ = ["PreNormStack", "Residual", "Sequential", "input_grad"]
 class Sequential(Module):
     """Apply modules in order; backward in reverse order.
 
-    Children are registered as ``"0"``, ``"1"``, ... (so parameter names read ``0.weight``).
+    Children are registered as `"0"`, `"1"`, ... (so parameter names read `0.weight`).
 
     Raises
     ------
@@ -69,13 +69,21 @@ class PreNormStack(Module):
 
     y = FinalNorm(Block_L(...Block_1(x))). Pre-norm leaves the residual stream itself
     unnormalised, so its scale grows with depth; the final norm brings it back (GPT-2,
-    Xiong et al. 2020). With ``final_norm=None`` it is a plain :class:`Sequential`.
+    Xiong et al. 2020). With `final_norm=None` it is a plain [Sequential][normlab.nn.Sequential].
 
     Parameters
     ----------
     blocks : sequence of Module
-        Registered as ``blocks.0``, ``blocks.1``, ...
+        Registered as `blocks.0`, `blocks.1`, ...
+    final_norm
+        Module or None
+
+    Attributes
+    ----------
+    blocks : Sequential
+        The blocks, applied in order.
     final_norm : Module or None
+        The norm after the last block (pre-norm models), or None.
 
     Examples
     --------

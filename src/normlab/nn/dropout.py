@@ -1,8 +1,9 @@
-"""Inverted dropout as a layer: :class:`Dropout` (Srivastava et al. 2014).
+"""Inverted dropout as a layer: [Dropout][normlab.nn.Dropout] (Srivastava et al. 2014).
 
-Contract: in training mode the layer composes :func:`normlab.dropout.inverted_dropout`
-(Listing 16.3) with the generator it was given; in evaluation mode, or with ``p == 0``, it
-is the identity and draws no random numbers.
+Contract: in training mode the layer composes
+[normlab.dropout.inverted_dropout][normlab.inverted_dropout] (Listing 16.3) with the generator
+it was given; in evaluation mode, or with `p == 0`, it is the identity and draws no random
+numbers.
 """
 
 from __future__ import annotations

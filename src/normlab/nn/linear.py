@@ -1,11 +1,11 @@
-"""Affine maps and lookup tables: :class:`Linear` and :class:`Embedding`.
+"""Affine maps and lookup tables: [Linear][normlab.nn.Linear] and [Embedding][normlab.nn.Embedding].
 
 Dimension letters: N = any leading dimensions (batch, time...), I = in_features,
 O = out_features, V = vocabulary size, D = embedding width.
 
-Contract: ``Linear`` stores its weight as (O, I) like PyTorch (``y = x W^T + b``) so
-state can be compared with ``torch.nn.Linear`` directly; ``Embedding.weight`` is (V, D), the
-same layout as an output head ``Linear(D, V)``, so the two can share one Parameter (weight
+Contract: `Linear` stores its weight as (O, I) like PyTorch (`y = x W^T + b`) so
+state can be compared with `torch.nn.Linear` directly; `Embedding.weight` is (V, D), the
+same layout as an output head `Linear(D, V)`, so the two can share one Parameter (weight
 tying) and the backward adds both gradients.
 """
 
@@ -40,9 +40,9 @@ def init_weight(
 ) -> np.ndarray:
     """Initial (O, I) weight.
 
-    ``"uniform"``: U(-1/sqrt(I), 1/sqrt(I)) (PyTorch's ``nn.Linear`` default);
-    ``"xavier_normal"``: N(0, 2/(I + O)) (Glorot & Bengio 2010, the init Xiong et al. 2020
-    analyse); ``"normal"``: N(0, std^2) (GPT-2 style); ``"zeros"``: all zero.
+    `"uniform"`: U(-1/sqrt(I), 1/sqrt(I)) (PyTorch's `nn.Linear` default);
+    `"xavier_normal"`: N(0, 2/(I + O)) (Glorot & Bengio 2010, the init Xiong et al. 2020
+    analyse); `"normal"`: N(0, std^2) (GPT-2 style); `"zeros"`: all zero.
     """
     fan_out, fan_in = shape
     if init == "uniform":
@@ -60,7 +60,7 @@ def init_weight(
 
 
 class Linear(Module):
-    """Affine map ``y = x W^T + b`` on the last axis.
+    """Affine map `y = x W^T + b` on the last axis.
 
     Parameters
     ----------
@@ -71,12 +71,21 @@ class Linear(Module):
     rng : numpy.random.Generator
         Source of the initial weights (keyword, required).
     init : {"uniform", "xavier_normal", "normal", "zeros"}
-        Weight init; ``"uniform"`` is PyTorch's U(-1/sqrt(I), 1/sqrt(I)), which the bias
+        Weight init; `"uniform"` is PyTorch's U(-1/sqrt(I), 1/sqrt(I)), which the bias
         always uses (zeros for the other inits).
     std : float
-        Standard deviation for ``init="normal"``.
+        Standard deviation for `init="normal"`.
     dtype : dtype
         Parameter dtype (float32 default; float64 for gradient checks).
+
+    Attributes
+    ----------
+    weight : Parameter
+        W, shape (O, I) (PyTorch's layout): `y = x W^T + b`.
+    bias : Parameter
+        b, shape (O,); absent when `bias=False`.
+    in_features, out_features : int
+        I and O.
 
     Raises
     ------
@@ -154,9 +163,9 @@ class Linear(Module):
 
 
 class Embedding(Module):
-    """Lookup table: integer ids (N,) -> rows of ``weight`` (N, D).
+    """Lookup table: integer ids (N,) -> rows of `weight` (N, D).
 
-    ``backward`` scatter-adds ``dout`` into the rows that were looked up (a repeated id gets
+    `backward` scatter-adds `dout` into the rows that were looked up (a repeated id gets
     the sum) and returns None: integer ids have no gradient.
 
     Parameters
@@ -164,11 +173,18 @@ class Embedding(Module):
     num_embeddings, embedding_dim : int
         V and D (>= 1).
     rng : numpy.random.Generator
-        Source of the initial weights, N(0, std^2) (std 1 as in ``torch.nn.Embedding``).
+        Source of the initial weights, N(0, std^2) (std 1 as in `torch.nn.Embedding`).
     std : float
         Standard deviation of the init (GPT-2 uses 0.02).
     dtype : dtype
         Parameter dtype.
+
+    Attributes
+    ----------
+    weight : Parameter
+        The table, shape (V, D).
+    num_embeddings, embedding_dim : int
+        V and D.
 
     Raises
     ------

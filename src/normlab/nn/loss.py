@@ -24,11 +24,11 @@ def softmax_cross_entropy(
 
     loss_i = logsumexp(z_i) - z_i[t_i],  dloss_i/dz_i = softmax(z_i) - onehot(t_i)
 
-    The maximum of each row is subtracted before ``exp`` (log-sum-exp trick), so logits of
+    The maximum of each row is subtracted before `exp` (log-sum-exp trick), so logits of
     1e4 or -1e30 neither overflow nor lose the answer. Computed in float64 for float64
-    logits and float32 otherwise; ``loss`` is a Python float and ``dlogits`` has the dtype of
-    ``logits``. With ``reduction="mean"`` both are divided by the number of targets (as
-    ``torch.nn.functional.cross_entropy``).
+    logits and float32 otherwise; `loss` is a Python float and `dlogits` has the dtype of
+    `logits`. With `reduction="mean"` both are divided by the number of targets (as
+    `torch.nn.functional.cross_entropy`).
 
     Parameters
     ----------
@@ -37,11 +37,15 @@ def softmax_cross_entropy(
     targets : integer array (N)
         Class ids in [0, V).
     reduction : {"mean", "sum"}
+        Divide the loss and the gradient by the number of targets (`"mean"`), or not.
 
     Returns
     -------
     loss : float
-    dlogits : array (N, V)
+        The summed or mean cross-entropy.
+    dlogits : numpy.ndarray
+        The gradient (N, V) of `loss` with respect to `logits`, in the dtype of `logits`.
+
 
     Raises
     ------

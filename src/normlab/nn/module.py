@@ -1,17 +1,17 @@
-"""Parameters and the Module protocol that every layer of :mod:`normlab.nn` follows.
+"""Parameters and the Module protocol that every layer of [normlab.nn][] follows.
 
-Contract: a :class:`Module` holds parameters, buffers (running statistics) and the cache
-between one ``forward`` and the matching ``backward``; the arithmetic lives in the functional
-core (``normlab.norms`` and friends). ``forward(x)`` stores what the backward needs;
-``backward(dout)`` consumes it, *adds* every parameter gradient into ``Parameter.grad``
+Contract: a [Module][normlab.nn.Module] holds parameters, buffers (running statistics) and the cache
+between one `forward` and the matching `backward`; the arithmetic lives in the functional
+core (`normlab.norms` and friends). `forward(x)` stores what the backward needs;
+`backward(dout)` consumes it, *adds* every parameter gradient into `Parameter.grad`
 (PyTorch semantics: a parameter shared by two layers receives both contributions) and
 returns the gradient with respect to the input. A backward without a preceding forward (or a
-second backward for one forward) raises ``RuntimeError``.
+second backward for one forward) raises `RuntimeError`.
 
-Optimizers only use ``Parameter.data`` and ``Parameter.grad``. Layers compute in the
+Optimizers only use `Parameter.data` and `Parameter.grad`. Layers compute in the
 precision of the input (float64 stays float64; float32, float16 and bfloat16 compute in
 float32) and cast parameters to it, so a caller may write quantised values (for example
-bfloat16 arrays) into ``.data``; gradients are stored in float64 for float64 computations
+bfloat16 arrays) into `.data`; gradients are stored in float64 for float64 computations
 and float32 otherwise.
 """
 
@@ -37,14 +37,15 @@ class Parameter:
     data : array_like
         The values (a real floating array; it is copied).
     name : str, optional
-        A label for messages; :meth:`Module.named_parameters` gives the dotted path.
+        A label for messages; [Module.named_parameters][normlab.nn.Module.named_parameters]
+        gives the dotted path.
 
     Attributes
     ----------
     data : numpy.ndarray
         The current values; optimizers and precision code overwrite this attribute.
     grad : numpy.ndarray or None
-        Sum of the gradients of every backward since the last ``zero_grad`` (None before).
+        Sum of the gradients of every backward since the last `zero_grad` (None before).
 
     Examples
     --------
@@ -62,11 +63,11 @@ class Parameter:
 
     @property
     def shape(self) -> tuple[int, ...]:
-        """Shape of :attr:`data`."""
+        """Shape of [data][normlab.nn.Parameter.data]."""
         return tuple(self.data.shape)
 
     def accumulate(self, grad: np.ndarray) -> None:
-        """Add ``grad`` into :attr:`grad` (float64 for float64 gradients, else float32)."""
+        """Add `grad` into `self.grad` (float64 for float64 gradients, else float32)."""
         if tuple(grad.shape) != self.shape:
             raise ValueError(
                 f"gradient for parameter {self.name!r} must have shape {self.shape}; "
@@ -78,7 +79,7 @@ class Parameter:
             self.grad += grad
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """Forget the accumulated gradient (None, or zeros with ``set_to_none=False``)."""
+        """Forget the accumulated gradient (None, or zeros with `set_to_none=False`)."""
         if set_to_none or self.grad is None:
             self.grad = None
         else:
@@ -91,10 +92,17 @@ class Parameter:
 class Module:
     """Base class of every layer: parameters, buffers, sub-modules, train/eval, cache.
 
-    Sub-classes implement ``forward(x)`` and ``backward(dout)``. Attributes assigned a
-    :class:`Parameter` or a :class:`Module` are registered automatically (in assignment
-    order, which fixes the order of :meth:`named_parameters`); buffers are registered with
-    :meth:`register_buffer`.
+    Sub-classes implement `forward(x)` and `backward(dout)`. Attributes assigned a
+    [Parameter][normlab.nn.Parameter] or a [Module][normlab.nn.Module] are registered
+    automatically (in assignment order, which fixes the order of
+    [named_parameters][normlab.nn.Module.named_parameters]); buffers are registered with
+    [register_buffer][normlab.nn.Module.register_buffer].
+
+    Attributes
+    ----------
+    training : bool
+        True in training mode (the default), False after [eval][normlab.nn.Module.eval];
+        layers such as Dropout and BatchNorm read it.
 
     Examples
     --------
@@ -143,13 +151,13 @@ class Module:
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def add_module(self, name: str, module: Module) -> None:
-        """Register ``module`` under ``name`` (used for numbered children)."""
+        """Register `module` under `name` (used for numbered children)."""
         if not isinstance(module, Module):
             raise TypeError(f"module {name!r} must be a normlab.nn.Module; got {module!r}")
         self._modules[name] = module
 
     def register_buffer(self, name: str, value: np.ndarray) -> None:
-        """Register a non-trainable array (running statistics) saved by :meth:`state_dict`."""
+        """Register a non-trainable array (running statistics) saved by `state_dict`."""
         self.__dict__.pop(name, None)
         self._buffers[name] = value
 
@@ -170,7 +178,7 @@ class Module:
                     yield (f"{mod_name}.{name}" if mod_name else name), p
 
     def parameters(self) -> list[Parameter]:
-        """The parameters of :meth:`named_parameters`, as a list."""
+        """The parameters of [named_parameters][normlab.nn.Module.named_parameters], as a list."""
         return [p for _, p in self.named_parameters()]
 
     def named_buffers(self) -> Iterator[tuple[str, np.ndarray]]:
@@ -180,7 +188,7 @@ class Module:
                 yield (f"{mod_name}.{name}" if mod_name else name), b
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """Reset the gradient of every parameter (see :meth:`Parameter.zero_grad`)."""
+        """Reset the gradient of every parameter (see `Parameter.zero_grad`)."""
         set_to_none = check_bool(set_to_none, "set_to_none")
         for p in self.parameters():
             p.zero_grad(set_to_none)
@@ -201,7 +209,7 @@ class Module:
     def state_dict(self) -> dict[str, np.ndarray]:
         """Copies of every parameter and buffer, keyed by dotted name.
 
-        Arrays only, so ``np.savez(f, **module.state_dict())`` works without pickle.
+        Arrays only, so `np.savez(f, **module.state_dict())` works without pickle.
         """
         state: dict[str, np.ndarray] = {}
         for name, p in self.named_parameters():
@@ -214,14 +222,14 @@ class Module:
         """Copy values into parameters and buffers (dtype of the target kept).
 
         Every key and shape is checked before anything is written. Each parameter gets a
-        new ``.data`` array (optimizers hold the Parameter, so they follow), which is how a
-        :class:`~normlab.precision.MasterWeights` built earlier sees the load: it re-reads
+        new `.data` array (optimizers hold the Parameter, so they follow), which is how a
+        [MasterWeights][normlab.precision.MasterWeights] built earlier sees the load: it re-reads
         its masters from the new values instead of writing stale masters over them.
 
         Raises
         ------
         TypeError
-            When ``state`` is not a mapping.
+            When `state` is not a mapping.
         ValueError
             On a missing or unexpected key, or a shape that differs from the target's.
         """
@@ -266,7 +274,7 @@ class Module:
 
     def clear_cache(self) -> None:
         """Drop the forward caches of this module and every sub-module (frees memory after
-        an evaluation-only forward; a following backward raises ``RuntimeError``)."""
+        an evaluation-only forward; a following backward raises `RuntimeError`)."""
         for _, mod in self.named_modules():
             object.__setattr__(mod, "_cache", None)
 
@@ -285,7 +293,7 @@ class Module:
         return cache
 
     def extra_repr(self) -> str:
-        """Constructor arguments shown by ``repr``."""
+        """Constructor arguments shown by `repr`."""
         return ""
 
     def __repr__(self) -> str:
@@ -297,7 +305,7 @@ class Module:
 
 
 def param_dtype(x: np.ndarray) -> np.dtype:
-    """Deprecated: use ``normlab._validate.compute_dtype(x.dtype)`` (the same rule)."""
+    """Deprecated: use `normlab._validate.compute_dtype(x.dtype)` (the same rule)."""
     warnings.warn("normlab.nn.module.param_dtype is deprecated; it is compute_dtype(x.dtype) "
                   "from normlab._validate", DeprecationWarning, stacklevel=2)
     return compute_dtype(x.dtype)

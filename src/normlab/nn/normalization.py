@@ -1,12 +1,12 @@
-"""Per-example normalisation layers: :class:`LayerNorm`, :class:`RMSNorm`, :class:`GroupNorm`.
+"""Per-example normalisation layers: LayerNorm, RMSNorm, GroupNorm.
 
 Dimension letters: B = leading (batch, time) dims, F = the normalised trailing dims
-(``normalized_shape``), N = batch, C = channels, G = groups, S = spatial dims.
+(`normalized_shape`), N = batch, C = channels, G = groups, S = spatial dims.
 
 Contract: each layer holds its parameters and the functional cache, and composes the
-functional pairs of :mod:`normlab.norms` (the arithmetic lives there, not here). Parameters
+functional pairs of `normlab.norms` (the arithmetic lives there, not here). Parameters
 are cast to the input's compute dtype (float64 for float64 inputs, else float32) before the
-call; outputs have the input's dtype. Parameter names follow PyTorch (``weight``, ``bias``).
+call; outputs have the input's dtype. Parameter names follow PyTorch (`weight`, `bias`).
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def _acc(p: Parameter | None, g: np.ndarray | None) -> None:
 
 
 class LayerNorm(Module):
-    """Layer normalisation over the trailing ``normalized_shape`` dims (Ba et al. 2016).
+    """Layer normalisation over the trailing `normalized_shape` dims (Ba et al. 2016).
 
     y = gamma * (x - mean) / sqrt(var + eps) + beta, statistics per example (eq. 16.1).
 
@@ -58,13 +58,23 @@ class LayerNorm(Module):
     normalized_shape : int or tuple of int
         F, the trailing dims normalised together.
     eps : float
-        > 0, added to the variance.
+        Added to the variance (> 0).
     elementwise_affine : bool
-        Learn ``weight`` (gamma, init 1); without it there is no bias either.
+        Learn `weight` (gamma, init 1); without it there is no bias either.
     bias : bool
-        Learn ``bias`` (beta, init 0) when ``elementwise_affine``.
+        Learn `bias` (beta, init 0) when `elementwise_affine`.
     dtype : dtype
         Parameter dtype.
+
+    Attributes
+    ----------
+    weight, bias : Parameter
+        gamma (init 1) and beta (init 0), of `normalized_shape`; absent without
+        `elementwise_affine` (and `bias` without `bias`).
+    normalized_shape : tuple of int
+        F.
+    eps : float
+        Added to the variance.
 
     Raises
     ------
@@ -122,21 +132,31 @@ class LayerNorm(Module):
 class RMSNorm(Module):
     """Root-mean-square normalisation (Zhang & Sennrich 2019), eq. 16.2.
 
-    y = (offset + weight) * x / sqrt(mean(x^2) + eps). With ``offset=1`` the weight is
-    zero-centred (Gemma); it is initialised to ``1 - offset`` so the gain starts at 1.
+    y = (offset + weight) * x / sqrt(mean(x^2) + eps). With `offset=1` the weight is
+    zero-centred (Gemma); it is initialised to `1 - offset` so the gain starts at 1.
 
     Parameters
     ----------
     normalized_shape : int or tuple of int
         F, the trailing dims normalised together.
     eps : float
-        > 0 (1e-8 as the chapter's listing).
+        Added to the mean square (> 0; 1e-8 as in the chapter's listing).
     elementwise_affine : bool
-        Learn ``weight``.
+        Learn `weight`.
     offset : float
         Added to the weight to form the gain.
     dtype : dtype
         Parameter dtype.
+
+    Attributes
+    ----------
+    weight : Parameter
+        Of `normalized_shape`, init `1 - offset` (the gain is `offset + weight`); absent
+        without `elementwise_affine`.
+    normalized_shape : tuple of int
+        F.
+    eps, offset : float
+        As given.
 
     Raises
     ------
@@ -187,7 +207,7 @@ class RMSNorm(Module):
 
 
 class GroupNorm(Module):
-    """Group normalisation on (N, C, *S) inputs (Wu & He 2018), as ``torch.nn.GroupNorm``.
+    """Group normalisation on (N, C, *S) inputs (Wu & He 2018), as `torch.nn.GroupNorm`.
 
     The C channels are split into G groups of C/G; each (example, group) is normalised over
     its channels and S, then y = gamma_c * x_hat + beta_c per channel.
@@ -195,15 +215,24 @@ class GroupNorm(Module):
     Parameters
     ----------
     num_groups : int
-        G, must divide ``num_channels``.
+        G, must divide `num_channels`.
     num_channels : int
         C.
     eps : float
-        > 0.
+        Added to the variance (> 0).
     affine : bool
-        Learn per-channel ``weight`` (1) and ``bias`` (0).
+        Learn per-channel `weight` (1) and `bias` (0).
     dtype : dtype
         Parameter dtype.
+
+    Attributes
+    ----------
+    weight, bias : Parameter
+        Per-channel gamma (init 1) and beta (init 0), shape (C,); absent without `affine`.
+    num_groups, num_channels : int
+        G and C.
+    eps : float
+        Added to the variance.
 
     Raises
     ------

@@ -1,18 +1,18 @@
 """Optimizers with PyTorch's update formulas: SGD (momentum, Nesterov) and AdamW.
 
-Contract: ``params`` is any iterable of objects with ``.data`` (a float ndarray, updated in
-place) and ``.grad`` (a float ndarray of the same shape, or None: that parameter is
+Contract: `params` is any iterable of objects with `.data` (a float ndarray, updated in
+place) and `.grad` (a float ndarray of the same shape, or None: that parameter is
 skipped, as in PyTorch). Optimizer state (momentum buffer, Adam moments) is float32, or
-float64 for float64 parameters of either byte order (``'>f8'`` too); the update is computed
-in that precision and written back into ``.data``'s dtype (so bfloat16/float16 parameters
-are rounded to nearest: keep float32 master weights, see :mod:`normlab.precision.mixed`).
-``step`` validates every parameter (a writeable float array), gradient and state entry
-before it changes anything. ``state_dict`` / ``load_state_dict`` use PyTorch's layout;
-loading validates the whole dict first (see :mod:`normlab.nn._optimizer`).
+float64 for float64 parameters of either byte order (`'>f8'` too); the update is computed
+in that precision and written back into `.data`'s dtype (so bfloat16/float16 parameters
+are rounded to nearest: keep float32 master weights, see `normlab.precision.mixed`).
+`step` validates every parameter (a writeable float array), gradient and state entry
+before it changes anything. `state_dict` / `load_state_dict` use PyTorch's layout;
+loading validates the whole dict first (see `normlab.nn._optimizer`).
 
 Scalars follow PyTorch's single-tensor (CPU) implementation: hyperparameters and
 Python-side bias corrections are computed in float64 and rounded to the state dtype when
-they multiply an array. PyTorch's vectorised CPU kernels may fuse ``a + alpha * b`` into
+they multiply an array. PyTorch's vectorised CPU kernels may fuse `a + alpha * b` into
 one FMA, so agreement with torch.optim is to about one float32 ulp per step, not bit-exact.
 """
 
@@ -33,21 +33,39 @@ __all__ = ["SGD", "AdamW"]
 class SGD(Optimizer):
     """Stochastic gradient descent with momentum, dampening, weight decay and Nesterov.
 
-    PyTorch's rule: ``g <- g + wd * p``; with momentum, ``b <- g`` on the first step, then
-    ``b <- mu * b + (1 - dampening) * g``; ``g <- g + mu * b`` (Nesterov) or ``g <- b``;
-    finally ``p <- p - lr * g``. Sutskever et al., ICML 2013 (momentum, Nesterov form).
+    PyTorch's rule: `g <- g + wd * p`; with momentum, `b <- g` on the first step, then
+    `b <- mu * b + (1 - dampening) * g`; `g <- g + mu * b` (Nesterov) or `g <- b`;
+    finally `p <- p - lr * g`. Sutskever et al., ICML 2013 (momentum, Nesterov form).
 
     Parameters
     ----------
-    params: iterable of objects with ``.data`` / ``.grad``. lr, momentum, dampening,
-        weight_decay: finite numbers >= 0. nesterov: needs momentum > 0 and dampening 0.
+    params : iterable
+        Objects with `.data` / `.grad` (e.g. `module.parameters()`).
+    lr : float
+        The learning rate, finite and >= 0.
+    momentum : float
+        mu, finite and >= 0 (0: no momentum buffer).
+    dampening : float
+        Finite; the new gradient's weight in the buffer is `1 - dampening`.
+    weight_decay : float
+        wd, finite and >= 0 (L2: added to the gradient).
+    nesterov : bool
+        Nesterov momentum; needs momentum > 0 and dampening 0.
+
+    Attributes
+    ----------
+    params : list
+        The parameters, in the order given.
+    state : dict
+        Per-parameter state (index -> `{"momentum_buffer": array}`).
 
     Raises
     ------
-    TypeError / ValueError for bad parameters (as torch.optim.SGD).
+    TypeError, ValueError
+        For bad parameters (as torch.optim.SGD).
 
-    Example
-    -------
+    Examples
+    --------
     >>> import types; p = types.SimpleNamespace(data=np.ones(2, np.float32),
     ...     grad=np.full(2, 0.5, np.float32))
     >>> SGD([p], lr=0.1).step(); p.data
@@ -124,23 +142,39 @@ class SGD(Optimizer):
 class AdamW(Optimizer):
     """Adam with decoupled weight decay, PyTorch's formulation.
 
-    For step t: ``p <- p * (1 - lr * wd)``; ``m <- m + (1 - b1) * (g - m)`` (lerp);
-    ``v <- b2 * v + (1 - b2) * g * g``; ``denom = sqrt(v) / sqrt(1 - b2^t) + eps``;
-    ``p <- p - (lr / (1 - b1^t)) * m / denom``.
+    For step t: `p <- p * (1 - lr * wd)`; `m <- m + (1 - b1) * (g - m)` (lerp);
+    `v <- b2 * v + (1 - b2) * g * g`; `denom = sqrt(v) / sqrt(1 - b2^t) + eps`;
+    `p <- p - (lr / (1 - b1^t)) * m / denom`.
     Loshchilov & Hutter, "Decoupled Weight Decay Regularization", ICLR 2019;
     Kingma & Ba, ICLR 2015.
 
     Parameters
     ----------
-    params: iterable of objects with ``.data`` / ``.grad``. lr, eps, weight_decay: >= 0.
-    betas: two numbers in [0, 1).
+    params : iterable
+        Objects with `.data` / `.grad` (e.g. `module.parameters()`).
+    lr : float
+        The learning rate, finite and >= 0.
+    betas : tuple of float
+        (b1, b2), each in [0, 1).
+    eps : float
+        Added to the denominator, >= 0.
+    weight_decay : float
+        wd, decoupled (multiplies the parameter by `1 - lr * wd`), >= 0.
+
+    Attributes
+    ----------
+    params : list
+        The parameters, in the order given.
+    state : dict
+        Per-parameter state (index -> `{"step", "exp_avg", "exp_avg_sq"}`).
 
     Raises
     ------
-    TypeError / ValueError for bad parameters (as torch.optim.AdamW).
+    TypeError, ValueError
+        For bad parameters (as torch.optim.AdamW).
 
-    Example
-    -------
+    Examples
+    --------
     >>> import types; p = types.SimpleNamespace(data=np.ones(2, np.float32),
     ...     grad=np.ones(2, np.float32))
     >>> AdamW([p], lr=0.1, weight_decay=0.0).step(); np.round(p.data, 6)
@@ -225,7 +259,7 @@ class AdamW(Optimizer):
 
 
 def _lerp_(start: np.ndarray, end: np.ndarray, weight: float) -> None:
-    """In place ``start + w * (end - start)``, PyTorch's two-branch form for accuracy."""
+    """In place `start + w * (end - start)`, PyTorch's two-branch form for accuracy."""
     w = start.dtype.type(weight)
     if weight < 0.5:
         start += w * (end - start)

@@ -1,4 +1,4 @@
-"""Residual blocks: where the normalisation sits around ``x + F(x)``.
+"""Residual blocks: where the normalisation sits around `x + F(x)`.
 
 ========== ======================================== =========================================
 placement  forward                                  source
@@ -23,12 +23,12 @@ gradient of the input is the sum of the skip path and the branch (chapter eq. 16
   post dx = ds + F'(ds); deepnorm dx = alpha ds + F'(ds);
   admin dx = omega * ds + F'(ds), domega = sum over the rows of ds * x.
 
-For the post family with a :class:`LayerNorm` or :class:`RMSNorm` the addition and the norm
-run as one fused call (``add_layer_norm_forward`` / ``add_rms_norm_forward`` on
-``F(x)`` and the scaled skip ``alpha x`` or ``omega * x``). ``omega`` and ReZero's ``alpha``
-are :class:`Parameter` s (in ``state_dict``); DeepNorm's alpha is a fixed constant of the
-architecture, like a norm's eps (see :func:`normlab.nn.deepnorm_constants` for its value and
-the matching weight scale beta).
+For the post family with a [LayerNorm][normlab.nn.LayerNorm] or [RMSNorm][normlab.nn.RMSNorm]
+the addition and the norm run as one fused call (`add_layer_norm_forward` /
+`add_rms_norm_forward` on `F(x)` and the scaled skip `alpha x` or `omega * x`). `omega` and
+ReZero's `alpha` are [Parameter][normlab.nn.Parameter] s (in `state_dict`); DeepNorm's alpha is
+a fixed constant of the architecture, like a norm's eps (see [normlab.nn.deepnorm_constants][]
+for its value and the matching weight scale beta).
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ from normlab.norms import (
 __all__ = ["PLACEMENTS", "Residual"]
 
 PLACEMENTS = ("pre", "post", "deepnorm", "sandwich", "admin", "rezero")
+"""The placements [Residual][normlab.nn.Residual] accepts (see the module docstring)."""
 _NORM_AFTER_SUM = ("post", "deepnorm", "admin")
 
 
@@ -100,10 +101,10 @@ def _check_options(
 
 
 class Residual(Module):
-    """Residual block ``x -> x + F(x)`` with a normalisation placed as ``placement`` says.
+    """Residual block `x -> x + F(x)` with a normalisation placed as `placement` says.
 
     See the module docstring for the six placements, their formulas and sources. With
-    ``norm=None`` the "pre" and "post" placements are a plain ``x + F(x)``.
+    `norm=None` the "pre" and "post" placements are a plain `x + F(x)`.
 
     Parameters
     ----------
@@ -113,16 +114,35 @@ class Residual(Module):
         The normalisation (N, or N_in for "sandwich"); None only for "pre", "post" (plain
         sum) and "rezero" (which has none).
     placement : {"pre", "post", "deepnorm", "sandwich", "admin", "rezero"}
+        Where the norm sits and how the skip path is scaled (see the module docstring).
     alpha : float, optional
         "deepnorm": the constant skip scale (required, > 0). "rezero": the initial value of
         the trainable branch scale (default 0, the paper's choice).
     omega : float or 1-D array, optional
         "admin": initial skip scale, a scalar or one value per feature (default 1.0; set it
-        with :func:`normlab.nn.admin_initialize`).
+        with [normlab.nn.admin_initialize][]).
     out_norm : Module, optional
         "sandwich": N_out, the norm applied to F's output (required).
+
     dtype : dtype
-        Dtype of the ``omega`` / ReZero ``alpha`` parameters.
+        Dtype of the `omega` / ReZero `alpha` parameters.
+
+    Attributes
+    ----------
+    sublayer : Module
+        F.
+    norm : Module or None
+        The normalisation.
+    placement : str
+        One of [PLACEMENTS][normlab.nn.residual.PLACEMENTS].
+    deepnorm_alpha : float
+        The constant skip scale of "deepnorm" (1.0 for the other placements).
+    omega : Parameter
+        "admin" only: the trainable skip scale.
+    alpha : Parameter
+        "rezero" only: the trainable branch scale.
+    out_norm : Module
+        "sandwich" only: the norm of F's output.
 
     Raises
     ------

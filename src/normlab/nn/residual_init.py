@@ -1,8 +1,8 @@
 """Initialisations that belong to residual placements: DeepNorm's alpha and beta, Admin's omega.
 
-Contract: these functions only write parameter values (``Parameter.data``); they never
-change a module's structure. :func:`admin_initialize` runs one profiling forward pass and
-clears the caches it leaves behind.
+Contract: these functions only write parameter values (`Parameter.data`); they never change a
+module's structure. [admin_initialize][normlab.nn.admin_initialize] runs one profiling forward
+pass and clears the caches it leaves behind.
 """
 
 from __future__ import annotations
@@ -24,7 +24,9 @@ __all__ = ["admin_initialize", "deepnorm_constants", "deepnorm_init"]
 def deepnorm_constants(n_layers: int, architecture: str = "decoder") -> tuple[float, float]:
     r"""DeepNorm's skip scale alpha and weight scale beta for an N-layer encoder or decoder.
 
-    .. math:: \alpha = (2N)^{1/4}, \qquad \beta = (8N)^{-1/4}
+    $$
+    \alpha = (2N)^{1/4}, \qquad \beta = (8N)^{-1/4}
+    $$
 
     for encoder-only (BERT-like) and decoder-only (GPT-like) models (Wang et al. 2022,
     "DeepNet: Scaling Transformers to 1,000 Layers", the table of alpha and beta beside their
@@ -40,7 +42,11 @@ def deepnorm_constants(n_layers: int, architecture: str = "decoder") -> tuple[fl
 
     Returns
     -------
-    (alpha, beta) : tuple of float
+    alpha : float
+        The skip scale, `x * alpha + F(x)`.
+    beta : float
+        The init gain of the branch's value and output projections and FFN weights.
+
 
     Raises
     ------
@@ -64,19 +70,22 @@ def deepnorm_constants(n_layers: int, architecture: str = "decoder") -> tuple[fl
 def deepnorm_init(
     module: Module, beta: float, *, exclude: Sequence[str] = ("query", "key")
 ) -> list[str]:
-    """Multiply the weight of every :class:`Linear` inside ``module`` by ``beta``.
+    """Multiply the weight of every [Linear][normlab.nn.Linear] inside `module` by `beta`.
 
     DeepNet scales the (Xavier) initial weights of the FFN and of the value and output
-    projections by beta and leaves the query and key projections alone; ``exclude`` names
-    the Linear sub-modules to skip by their own attribute name (``query``, ``key`` of
-    :class:`~normlab.nn.CausalSelfAttention`). Biases are left as they are.
+    projections by beta and leaves the query and key projections alone; `exclude` names
+    the Linear sub-modules to skip by their own attribute name (`query`, `key` of
+    [CausalSelfAttention][normlab.nn.CausalSelfAttention]). Biases are left as they are.
 
     Parameters
     ----------
-    module : Module
+    module
+        Module
     beta : float
-        The scale (> 0), e.g. the second value of :func:`deepnorm_constants`.
-    exclude : sequence of str
+        The scale (> 0), e.g. the second value of
+        [deepnorm_constants][normlab.nn.deepnorm_constants].
+    exclude
+        Sequence of str
 
     Returns
     -------
@@ -114,10 +123,12 @@ def admin_initialize(blocks: Sequence[Residual], x: Any) -> np.ndarray:
     Admin (Liu et al. 2020, "Understanding the Difficulty of Training Transformers", the
     Admin initialisation and its profiling step) uses x_i = N(omega_i * x_{i-1} + F_i(x_{i-1})) with
 
-    .. math:: \omega_i = \sqrt{\textstyle\sum_{j<i} \operatorname{Var}[F_j(x_{j-1})]},
+    $$
+    \omega_i = \sqrt{\textstyle\sum_{j<i} \operatorname{Var}[F_j(x_{j-1})]},
+    $$
 
     the variances measured on one forward pass at initialisation. Here the input counts as
-    the term j = 0, ``Var[x_0]``: without it omega_1 would be 0 and cut the first skip path.
+    the term j = 0, `Var[x_0]`: without it omega_1 would be 0 and cut the first skip path.
     Every element of omega_i gets the same value (its shape is kept).
 
     Parameters

@@ -1,13 +1,16 @@
-"""A small decoder-only Transformer: :class:`MLP`, :class:`TransformerBlock`,
-:class:`TransformerLM` (Vaswani et al. 2017; placements of Xiong et al. 2020).
+"""A small decoder-only Transformer: MLP, TransformerBlock, TransformerLM.
+
+[MLP][normlab.nn.MLP], [TransformerBlock][normlab.nn.TransformerBlock] and
+[TransformerLM][normlab.nn.TransformerLM] follow Vaswani et al. 2017, with the norm placements
+of Xiong et al. 2020.
 
 Dimension letters: B = batch, T = time (<= context), C = model width d, V = vocabulary,
 F = the MLP's hidden width d_ff.
 
-Contract: a block is two :class:`~normlab.nn.Residual` sub-layers, attention then MLP, each
-with its own norm, pre-norm ``x + F(Norm(x))`` or post-norm ``Norm(x + F(x))``; a pre-norm
+Contract: a block is two [Residual][normlab.nn.Residual] sub-layers, attention then MLP, each
+with its own norm, pre-norm `x + F(Norm(x))` or post-norm `Norm(x + F(x))`; a pre-norm
 model adds a final norm before the output head. The gradient of the FFN weights that
-Xiong et al.'s Theorem 1 is about is ``model.ffn_weight(layer, "fc2").grad`` after a
+Xiong et al.'s Theorem 1 is about is `model.ffn_weight(layer, "fc2").grad` after a
 backward.
 """
 
@@ -31,7 +34,7 @@ __all__ = ["MLP", "TransformerBlock", "TransformerLM", "make_norm"]
 
 
 def make_norm(kind: str, d: int, eps: float | None, dtype: Any) -> Module:
-    """``LayerNorm(d)`` for ``"layer"``, ``RMSNorm(d)`` for ``"rms"`` (default eps each)."""
+    """`LayerNorm(d)` for `"layer"`, `RMSNorm(d)` for `"rms"` (default eps each)."""
     if kind == "layer":
         return LayerNorm(d, 1e-5 if eps is None else eps, dtype=dtype)
     if kind == "rms":
@@ -47,11 +50,22 @@ class MLP(Module):
     d, d_ff : int
         C and F.
     rng : numpy.random.Generator
+        Initialises the two [Linear][normlab.nn.Linear] layers (keyword, required).
     activation : {"gelu", "relu"}
+        The nonlinearity between them (exact GELU, or ReLU).
     bias : bool
+        Learn the biases of both layers.
     init : {"uniform", "xavier_normal", "normal"}
-        See :class:`~normlab.nn.Linear`.
-    dtype : dtype
+        Weight init; see [Linear][normlab.nn.Linear].
+    dtype : numpy.dtype
+        Parameter dtype.
+
+    Attributes
+    ----------
+    fc1, fc2 : Linear
+        The (F, C) and (C, F) layers.
+    act : Module
+        The nonlinearity ([GELU][normlab.nn.GELU] or [ReLU][normlab.nn.ReLU]).
 
     Examples
     --------
@@ -87,25 +101,42 @@ class MLP(Module):
 class TransformerBlock(Module):
     """Attention and MLP sub-layers with residuals, pre- or post-norm.
 
+    ```text
     pre:  h = x + Attn(N1(x));  y = h + MLP(N2(h))
     post: h = N1(x + Attn(x));  y = N2(h + MLP(h))
+    ```
 
     Parameters
     ----------
     d, n_heads, d_ff : int
         Width C, heads H (dividing C), MLP width F.
     placement : {"pre", "post"}
+        Where the norms sit: on the branch input (pre) or after the residual sum (post).
     norm : {"layer", "rms"}
+        [LayerNorm][normlab.nn.LayerNorm] or [RMSNorm][normlab.nn.RMSNorm].
     dropout : float
         Drop probability applied to each branch output in training (0: no Dropout layer).
     rng : numpy.random.Generator
         Initialises the weights and drives dropout.
-    activation, bias, init : see :class:`MLP`.
+    activation, bias, init
+        See [MLP][normlab.nn.MLP].
     zero_qk : bool
         W^Q = W^K = 0 (uniform causal attention; Xiong et al.'s simplified model).
     eps : float or None
         Norm eps (None: each norm's default).
-    dtype : dtype
+    dtype : numpy.dtype
+        Parameter dtype.
+
+    Attributes
+    ----------
+    attn_residual, mlp_residual : Residual
+        The two residual sub-layers (attention, then MLP), each with its norm.
+    attention : CausalSelfAttention
+        The attention sub-module (also inside `attn_residual`), for reading its weights.
+    ffn : MLP
+        The MLP sub-module (also inside `mlp_residual`), for reading its weights.
+    placement : str
+        `"pre"` or `"post"`.
 
     Raises
     ------
@@ -169,7 +200,7 @@ class TransformerBlock(Module):
 class TransformerLM(Module):
     """Token + learned position embedding, L blocks, final norm (pre-norm), linear head.
 
-    logits = Head(FinalNorm(Blocks(E_tok[ids] + E_pos[0..T-1])))
+    `logits = Head(FinalNorm(Blocks(E_tok[ids] + E_pos[0..T-1])))`
 
     Parameters
     ----------
@@ -178,7 +209,10 @@ class TransformerLM(Module):
     placement : {"pre", "post"}
         Post-norm models have no final norm (their last block ends with a norm).
     norm : {"layer", "rms"}
+        [LayerNorm][normlab.nn.LayerNorm] or [RMSNorm][normlab.nn.RMSNorm] in every block.
     rng : numpy.random.Generator
+        Initialises the weights and drives dropout (keyword, required).
+
     d_ff : int or None
         MLP width (4 d when None).
     dropout : float
@@ -187,7 +221,21 @@ class TransformerLM(Module):
         Share the token embedding with the head (both gradients are added).
     embed_std : float
         Std of the N(0, std^2) embedding init (0.02 as GPT-2).
-    activation, init, eps, dtype : see :class:`TransformerBlock`.
+    activation, init, eps, dtype
+        See [TransformerBlock][normlab.nn.TransformerBlock].
+
+    Attributes
+    ----------
+    token_embedding, position_embedding : Embedding
+        E_tok (V, C) and E_pos (T, C).
+    embed_dropout : Dropout
+        Dropout on the summed embeddings.
+    body : PreNormStack
+        The L blocks and, for pre-norm, the final norm.
+    head : Linear
+        The (V, C) output layer (its weight is the token embedding's with `tie_weights`).
+    context : int
+        T, the longest sequence.
 
     Examples
     --------
@@ -245,7 +293,7 @@ class TransformerLM(Module):
         return [b for b in self.body.blocks if isinstance(b, TransformerBlock)]
 
     def ffn_weight(self, layer: int = -1, which: str = "fc2") -> Parameter:
-        """The FFN weight W^1 (``"fc1"``) or W^2 (``"fc2"``) of block ``layer``."""
+        """The FFN weight W^1 (`"fc1"`) or W^2 (`"fc2"`) of block `layer`."""
         if which not in ("fc1", "fc2"):
             raise ValueError(f"which must be 'fc1' or 'fc2'; got {which!r}")
         mlp: MLP = self.blocks[layer].ffn
@@ -271,9 +319,9 @@ class TransformerLM(Module):
         return None
 
     def loss_and_grad(self, ids: Any, targets: Any) -> float:
-        """Forward, mean softmax cross-entropy against ``targets`` (B, T), backward.
+        """Forward, mean softmax cross-entropy against `targets` (B, T), backward.
 
-        Gradients are added into every ``Parameter.grad``; returns the loss.
+        Gradients are added into every `Parameter.grad`; returns the loss.
         """
         loss, dlogits = softmax_cross_entropy(self.forward(ids), targets)
         self.backward(dlogits)

@@ -1,7 +1,7 @@
-"""The functional norms: ``*_forward(...) -> (out, cache)`` and ``*_backward(dout, cache)``.
+"""The functional norms: `*_forward(...) -> (out, cache)` and `*_backward(dout, cache)`.
 
 LayerNorm, RMSNorm, their residual-add fusions, BatchNorm and GroupNorm; the cache classes
-live in :mod:`normlab.norms._cache`.
+live in `normlab.norms._cache`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Validation and dtype helpers shared by the functional norms.
 
 Every public norm validates its inputs with these helpers (built on
-:mod:`normlab._validate`) before touching any state, so a rejected call changes nothing.
+`normlab._validate`) before touching any state, so a rejected call changes nothing.
 """
 
 from __future__ import annotations
@@ -49,9 +49,9 @@ def compute_dtype_of(*arrays: np.ndarray | None) -> np.dtype:
 def check_param(
     value: Any, name: str, shape: tuple[int, ...], what: str | Callable[[], str]
 ) -> np.ndarray | None:
-    """None passes through; otherwise a float array of exactly ``shape``.
+    """None passes through; otherwise a float array of exactly `shape`.
 
-    ``what`` (why the shape is required) may be a callable: it is then only formatted when
+    `what` (why the shape is required) may be a callable: it is then only formatted when
     the check fails, which keeps a small call's validation cheap.
     """
     if value is None:
@@ -63,7 +63,7 @@ def check_param(
 
 
 def trailing_dims_why(x: np.ndarray, k: int) -> Callable[[], str]:
-    """The reason a norm's parameter has shape ``x.shape[-k:]``, formatted on demand."""
+    """The reason a norm's parameter has shape `x.shape[-k:]`, formatted on demand."""
     return lambda: f"the {k} normalised trailing dim(s) of x, x.shape = {x.shape}"
 
 
@@ -75,8 +75,8 @@ def resolve_normalized_ndim(
 ) -> int:
     """The number k of trailing dims to normalise.
 
-    Explicit ``normalized_ndim`` wins; else the ndim of the first parameter that is given
-    (``params`` in order, called ``names`` in messages); else 1. k must be in [1, x.ndim].
+    Explicit `normalized_ndim` wins; else the ndim of the first parameter that is given
+    (`params` in order, called `names` in messages); else 1. k must be in [1, x.ndim].
     """
     source = "normalized_ndim"
     if normalized_ndim is None:
@@ -115,7 +115,7 @@ def as_grad(g: np.ndarray | None, like: np.ndarray | None) -> np.ndarray | None:
 
 
 def check_cache(cache: Any, cls: type, producer: str) -> Any:
-    """The cache must be a ``cls`` returned by ``producer`` (the matching forward)."""
+    """The cache must be a `cls` returned by `producer` (the matching forward)."""
     if not isinstance(cache, cls):
         raise TypeError(
             f"cache must be the {cls.__name__} returned by {producer}; got {type(cache).__name__}"
@@ -124,10 +124,10 @@ def check_cache(cache: Any, cls: type, producer: str) -> Any:
 
 
 def check_input(x: Any, name: str = "x", *, min_ndim: int = 1) -> np.ndarray:
-    """A float array of at least ``min_ndim`` dims in native byte order ('>f8' -> float64)."""
+    """A float array of at least `min_ndim` dims in native byte order ('>f8' -> float64)."""
     return as_native(as_float_array(x, name, min_ndim=min_ndim))
 
 
 def check_eps_range(eps: float, *arrays: np.ndarray | None) -> float:
-    """eps must be a normal number of the compute dtype of ``arrays`` (see check_eps_for)."""
+    """eps must be a normal number of the compute dtype of `arrays` (see check_eps_for)."""
     return check_eps_for(eps, compute_dtype_of(*arrays))

@@ -1,18 +1,18 @@
-"""``out=`` buffers of the norms: validation, and filling them from a computed result.
+"""`out=` buffers of the norms: validation, and filling them from a computed result.
 
-Contract (NumPy's and PyTorch's convention): a forward takes ``out=`` for its one array
-result (x's shape and dtype); a backward takes a tuple with one entry per result, ``(dx,
-dgamma, dbeta)`` or ``(dx, dweight)``, each an array or None (that result is then newly
+Contract (NumPy's and PyTorch's convention): a forward takes `out=` for its one array
+result (x's shape and dtype); a backward takes a tuple with one entry per result, `(dx,
+dgamma, dbeta)` or `(dx, dweight)`, each an array or None (that result is then newly
 allocated; it must be None where the parameter is None). Buffers are checked by
-:func:`normlab._validate.check_out` (shape, dtype, C-contiguity, writeability) before any
-work. Aliasing: the forward's ``out`` must not overlap x (the cache keeps x for the
+`normlab._validate.check_out` (shape, dtype, C-contiguity, writeability) before any
+work. Aliasing: the forward's `out` must not overlap x (the cache keeps x for the
 backward) nor a parameter (nor BatchNorm's running statistics); the backward's dx may be
-``dout`` itself (each element of dout is read before dx's is written, on both paths; for
+`dout` itself (each element of dout is read before dx's is written, on both paths; for
 BatchNorm and GroupNorm every per-feature or per-group sum of dout is complete before dx
 is written), and must not overlap x; parameter gradients must not overlap anything.
 
-The fused add + norm forwards return two arrays, so their ``out`` is a tuple ``(out,
-new_residual)``, each entry an array or None. Each may be x or residual itself (the sum
+The fused add + norm forwards return two arrays, so their `out` is a tuple `(out,
+new_residual)`, each entry an array or None. Each may be x or residual itself (the sum
 reads an element of both before writing it, and the norm reads a row of the sum, not of x);
 neither may overlap a parameter or the other entry. Their backwards take the plain norm's
 tuple; dx must not overlap dresidual (the kernel adds it after writing dx).
@@ -31,7 +31,7 @@ __all__ = ["add_forward_out", "backward_out", "fill", "forward_out", "seam_extra
 
 def forward_out(out: Any, x: np.ndarray, params: tuple[tuple[str, np.ndarray | None], ...]
                 ) -> np.ndarray | None:
-    """The forward's validated ``out`` (x's shape and dtype) or None."""
+    """The forward's validated `out` (x's shape and dtype) or None."""
     inputs = (("x (kept by the cache for the backward)", x, False),
               *((name, p, False) for name, p in params))
     return check_out(out, x.shape, x.dtype, inputs=inputs)
@@ -40,7 +40,7 @@ def forward_out(out: Any, x: np.ndarray, params: tuple[tuple[str, np.ndarray | N
 def add_forward_out(out: Any, x: np.ndarray, residual: np.ndarray,
                     params: tuple[tuple[str, np.ndarray | None], ...]
                     ) -> tuple[np.ndarray | None, np.ndarray | None] | None:
-    """The fused add + norm forward's validated ``(out, new_residual)`` tuple or None."""
+    """The fused add + norm forward's validated `(out, new_residual)` tuple or None."""
     out = check_out_tuple(out, ("out", "new_residual"))
     if out is None:
         return None
@@ -56,9 +56,9 @@ def backward_out(out: Any, dout: np.ndarray, x: np.ndarray,
                  grads: tuple[tuple[str, np.ndarray | None], ...],
                  dresidual: np.ndarray | None = None,
                  ) -> tuple[np.ndarray | None, ...] | None:
-    """The backward's validated ``out`` tuple (dx, then one entry per parameter) or None.
+    """The backward's validated `out` tuple (dx, then one entry per parameter) or None.
 
-    ``dresidual`` (the add + norm backwards): an input that no buffer may overlap.
+    `dresidual` (the add + norm backwards): an input that no buffer may overlap.
     """
     out = check_out_tuple(out, ("dx", *(name for name, _ in grads)))
     if out is None:
@@ -84,12 +84,12 @@ def backward_out(out: Any, dout: np.ndarray, x: np.ndarray,
 
 
 def seam_extra(dest: Any) -> tuple[Any, ...]:
-    """The extra seam argument: ``(dest,)`` when ``out=`` was given, else nothing."""
+    """The extra seam argument: `(dest,)` when `out=` was given, else nothing."""
     return () if dest is None else (dest,)
 
 
 def fill(dest: np.ndarray | None, value: np.ndarray | None) -> np.ndarray | None:
-    """``value`` itself without a buffer; else ``value`` copied into ``dest``, and dest."""
+    """`value` itself without a buffer; else `value` copied into `dest`, and dest."""
     if dest is None or value is None:
         return value
     if value is not dest:

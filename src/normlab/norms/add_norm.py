@@ -1,19 +1,19 @@
 """Residual add fused with LayerNorm / RMSNorm (the pre-norm residual stream step).
 
-``new_residual = x + residual`` (numpy's dtype promotion of the two) and
-``out = Norm(new_residual)`` in x's dtype. Both outputs feed later layers, so the backward
+`new_residual = x + residual` (numpy's dtype promotion of the two) and
+`out = Norm(new_residual)` in x's dtype. Both outputs feed later layers, so the backward
 takes the gradient arriving on each and returns the gradient of the sum, which x and
-residual share: ``dsum = Norm'(dout) + dresidual``.
+residual share: `dsum = Norm'(dout) + dresidual`.
 
-The cache is the plain norm's cache with ``cache.x`` = the new residual (a reference to the
-returned array), so the math is shared with :mod:`normlab.norms.layer_norm` and
-:mod:`normlab.norms.rms_norm`. Kernels: ``"add_layer_norm_forward"`` and
-``"add_rms_norm_forward"`` receive the arguments of ``_add_layer_norm_forward_ref(x,
-residual, gamma, beta, eps, normalized_ndim)`` / ``_add_rms_norm_forward_ref(x, residual,
-weight, eps, offset, normalized_ndim)``; the backwards also look up
-``"add_layer_norm_backward"`` / ``"add_rms_norm_backward"`` (args: dout, dresidual, cache).
-With ``out=`` every seam gets one more argument, the validated buffer tuple (see
-:mod:`normlab.norms._out`).
+The cache is the plain norm's cache with `cache.x` = the new residual (a reference to the
+returned array), so the math is shared with `normlab.norms.layer_norm` and
+`normlab.norms.rms_norm`. Kernels: `"add_layer_norm_forward"` and
+`"add_rms_norm_forward"` receive the arguments of `_add_layer_norm_forward_ref(x,
+residual, gamma, beta, eps, normalized_ndim)` / `_add_rms_norm_forward_ref(x, residual,
+weight, eps, offset, normalized_ndim)`; the backwards also look up
+`"add_layer_norm_backward"` / `"add_rms_norm_backward"` (args: dout, dresidual, cache).
+With `out=` every seam gets one more argument, the validated buffer tuple (see
+`normlab.norms._out`).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def _check_dresidual(dresidual: Any, s: np.ndarray) -> np.ndarray | None:
 
 
 def _add_into(x: np.ndarray, residual: np.ndarray, dest: tuple[Any, ...]) -> np.ndarray:
-    """x + residual (numpy's promotion), written into ``dest[1]`` when given."""
+    """x + residual (numpy's promotion), written into `dest[1]` when given."""
     return x + residual if dest[1] is None else np.add(x, residual, out=dest[1])
 
 
@@ -136,34 +136,44 @@ def add_layer_norm_forward(
     normalized_ndim: int | None = None,
     out: tuple[Any, ...] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, LayerNormCache]:
-    r"""Residual add followed by LayerNorm: ``s = x + residual``, ``out = LN(s)``.
+    r"""Residual add followed by LayerNorm: `s = x + residual`, `out = LN(s)`.
 
-    .. math:: s = x + r,\quad y = \gamma \odot (s - \mu_s)/\sqrt{\sigma_s^2 + \epsilon} + \beta
+    $$
+    s = x + r,\quad y = \gamma \odot (s - \mu_s)/\sqrt{\sigma_s^2 + \epsilon} + \beta
+    $$
 
     (Ba et al., 2016; the residual stream of He et al., 2015.)
 
     Parameters
     ----------
-    x, residual : float arrays of the same shape (*B, *F).
-    gamma, beta, eps, normalized_ndim : as in :func:`~normlab.layer_norm_forward`.
-    out : optional tuple ``(out, new_residual)`` of buffers (each an array or None: then
-        that result is new), of x's shape and the result's dtype, C-contiguous, writeable.
-        Either may be x or residual itself (in place); neither may overlap a parameter or
-        the other entry. The cache then keeps the ``new_residual`` buffer.
+    x, residual : numpy.ndarray
+        Float arrays of the same shape (*B, *F).
+    gamma, beta, eps, normalized_ndim
+        As in [layer_norm_forward][normlab.layer_norm_forward].
+    out : tuple, optional
+        Optional tuple `(out, new_residual)` of buffers (each an array or None: then that result
+        is new), of x's shape and the result's dtype, C-contiguous, writeable. Either may be x
+        or residual itself (in place); neither may overlap a parameter or the other entry. The
+        cache then keeps the `new_residual` buffer.
 
     Returns
     -------
-    out : LN(s), x's shape and dtype. new_residual : s, dtype = numpy's promotion of x and
-        residual. cache : a LayerNormCache whose ``x`` is ``new_residual``.
+    out : numpy.ndarray
+        LN(s), x's shape and dtype.
+    new_residual : numpy.ndarray
+        s, dtype = numpy's promotion of x and residual.
+    cache : LayerNormCache
+        The cache of LN(s): its `x` is `new_residual`.
 
     Raises
     ------
-    TypeError, ValueError : as :func:`~normlab.layer_norm_forward`, plus a residual that is
-        not a float array of x's shape, or a bad ``out`` (not a tuple of 2; a buffer of the
-        wrong shape, dtype or layout, read-only, or overlapping what it may not).
+    TypeError, ValueError
+        As [layer_norm_forward][normlab.layer_norm_forward], plus a residual that is not a float
+        array of x's shape, or a bad `out` (not a tuple of 2; a buffer of the wrong shape, dtype
+        or layout, read-only, or overlapping what it may not).
 
-    Example
-    -------
+    Examples
+    --------
     >>> out, s, cache = add_layer_norm_forward(np.ones((2, 3)), np.arange(6.0).reshape(2, 3),
     ...                                        None, None)
     >>> s[0].tolist(), np.round(out[0], 4).tolist()
@@ -182,27 +192,35 @@ def add_layer_norm_forward(
 def add_layer_norm_backward(
     dout: Any, dresidual: Any, cache: LayerNormCache, *, out: tuple[Any, ...] | None = None
 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
-    r"""Gradient of the fused add + LayerNorm: ``dsum = LN'(dout) + dresidual``.
+    r"""Gradient of the fused add + LayerNorm: `dsum = LN'(dout) + dresidual`.
 
     Parameters
     ----------
-    dout : gradient on ``out``. dresidual : gradient on ``new_residual`` or None (zero).
-    cache : from :func:`add_layer_norm_forward`.
-    out : optional tuple ``(dsum, dgamma, dbeta)`` of buffers, as the ``out`` of
-        :func:`~normlab.layer_norm_backward`; dsum also must not overlap dresidual.
+    dout : numpy.ndarray
+        Gradient on `out`.
+    dresidual : numpy.ndarray or None
+        Gradient on `new_residual`, or None (zero).
+    cache : LayerNormCache
+        From [add_layer_norm_forward][normlab.add_layer_norm_forward].
+    out : tuple, optional
+        Optional tuple `(dsum, dgamma, dbeta)` of buffers, as the `out` of
+        [layer_norm_backward][normlab.layer_norm_backward]; dsum also must not overlap
+        dresidual.
 
     Returns
     -------
-    dsum : the gradient of x and of residual alike (new_residual's shape and dtype).
-    dgamma, dbeta : as :func:`~normlab.layer_norm_backward`.
+    dsum : numpy.ndarray
+        The gradient of x and of residual alike (new_residual's shape and dtype).
+    dgamma, dbeta : numpy.ndarray or None
+        As in [layer_norm_backward][normlab.layer_norm_backward].
 
     Raises
     ------
-    TypeError, ValueError : wrong cache type, non-float or wrongly shaped gradients, a bad
-        ``out`` buffer.
+    TypeError, ValueError
+        Wrong cache type, non-float or wrongly shaped gradients, a bad `out` buffer.
 
-    Example
-    -------
+    Examples
+    --------
     >>> out, s, cache = add_layer_norm_forward(np.ones((1, 3)), np.eye(1, 3), None, None)
     >>> dsum, _, _ = add_layer_norm_backward(np.zeros((1, 3)), np.ones((1, 3)), cache)
     >>> dsum.tolist()
@@ -230,32 +248,43 @@ def add_rms_norm_forward(
     normalized_ndim: int | None = None,
     out: tuple[Any, ...] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, RMSNormCache]:
-    r"""Residual add followed by RMSNorm: ``s = x + residual``, ``out = RMSNorm(s)``.
+    r"""Residual add followed by RMSNorm: `s = x + residual`, `out = RMSNorm(s)`.
 
-    .. math:: s = x + r,\quad y = (\mathrm{offset} + w) \odot s / \sqrt{\mathrm{mean}(s^2)+\epsilon}
+    $$
+    s = x + r,\quad y = (\mathrm{offset} + w) \odot s / \sqrt{\mathrm{mean}(s^2)+\epsilon}
+    $$
 
     (Zhang & Sennrich, 2019.)
 
     Parameters
     ----------
-    x, residual : float arrays of the same shape (*B, *F).
-    weight, eps, offset, normalized_ndim : as in :func:`~normlab.rms_norm_forward`.
-    out : optional tuple ``(out, new_residual)`` of buffers (each an array or None: then
-        that result is new), of x's shape and the result's dtype, C-contiguous, writeable.
-        Either may be x or residual itself (in place); neither may overlap a parameter or
-        the other entry. The cache then keeps the ``new_residual`` buffer.
+    x, residual : numpy.ndarray
+        Float arrays of the same shape (*B, *F).
+    weight, eps, offset, normalized_ndim
+        As in [rms_norm_forward][normlab.rms_norm_forward].
+    out : tuple, optional
+        Optional tuple `(out, new_residual)` of buffers (each an array or None: then that result
+        is new), of x's shape and the result's dtype, C-contiguous, writeable. Either may be x
+        or residual itself (in place); neither may overlap a parameter or the other entry. The
+        cache then keeps the `new_residual` buffer.
 
     Returns
     -------
-    out : x's shape and dtype. new_residual : s. cache : an RMSNormCache on s.
+    out : numpy.ndarray
+        RMSNorm(s), x's shape and dtype.
+    new_residual : numpy.ndarray
+        s, dtype = numpy's promotion of x and residual.
+    cache : RMSNormCache
+        The cache of RMSNorm(s): its `x` is `new_residual`.
 
     Raises
     ------
-    TypeError, ValueError : as :func:`~normlab.rms_norm_forward`, plus a bad residual or a
-        bad ``out`` (as :func:`add_layer_norm_forward`).
+    TypeError, ValueError
+        As [rms_norm_forward][normlab.rms_norm_forward], plus a bad residual or a bad `out` (as
+        [add_layer_norm_forward][normlab.add_layer_norm_forward]).
 
-    Example
-    -------
+    Examples
+    --------
     >>> out, s, _ = add_rms_norm_forward(np.full((1, 2), 1.0), np.full((1, 2), 2.0), None)
     >>> s.tolist(), np.round(out, 6).tolist()
     ([[3.0, 3.0]], [[1.0, 1.0]])
@@ -273,26 +302,35 @@ def add_rms_norm_forward(
 def add_rms_norm_backward(
     dout: Any, dresidual: Any, cache: RMSNormCache, *, out: tuple[Any, ...] | None = None
 ) -> tuple[np.ndarray, np.ndarray | None]:
-    r"""Gradient of the fused add + RMSNorm: ``dsum = RMSNorm'(dout) + dresidual``.
+    r"""Gradient of the fused add + RMSNorm: `dsum = RMSNorm'(dout) + dresidual`.
 
     Parameters
     ----------
-    dout : gradient on ``out``. dresidual : gradient on ``new_residual`` or None.
-    cache : from :func:`add_rms_norm_forward`.
-    out : optional tuple ``(dsum, dweight)`` of buffers, as the ``out`` of
-        :func:`~normlab.rms_norm_backward`; dsum also must not overlap dresidual.
+    dout : numpy.ndarray
+        Gradient on `out`.
+    dresidual : numpy.ndarray or None
+        Gradient on `new_residual`, or None (zero).
+    cache : RMSNormCache
+        From [add_rms_norm_forward][normlab.add_rms_norm_forward].
+    out : tuple, optional
+        Optional tuple `(dsum, dweight)` of buffers, as the `out` of
+        [rms_norm_backward][normlab.rms_norm_backward]; dsum also must not overlap dresidual.
 
     Returns
     -------
-    dsum : new_residual's shape and dtype. dweight : as :func:`~normlab.rms_norm_backward`.
+    dsum : numpy.ndarray
+        The gradient of x and of residual alike (new_residual's shape and dtype).
+    dweight : numpy.ndarray or None
+        As in [rms_norm_backward][normlab.rms_norm_backward].
+
 
     Raises
     ------
-    TypeError, ValueError : wrong cache type, non-float or wrongly shaped gradients, a bad
-        ``out`` buffer.
+    TypeError, ValueError
+        Wrong cache type, non-float or wrongly shaped gradients, a bad `out` buffer.
 
-    Example
-    -------
+    Examples
+    --------
     >>> out, s, cache = add_rms_norm_forward(np.ones((1, 2)), np.ones((1, 2)), None)
     >>> add_rms_norm_backward(np.zeros((1, 2)), np.ones((1, 2)), cache)[0].tolist()
     [[1.0, 1.0]]

@@ -1,17 +1,18 @@
 """BatchNorm forward and backward, training and eval (chapter Listing 16.3).
 
-Dimension letters: C = features (the length of ``x.shape[axis]``), n = number of values per
-feature (the product of every other dim). Reductions run over every axis but ``axis``.
+Dimension letters: C = features (the length of `x.shape[axis]`), n = number of values per
+feature (the product of every other dim). Reductions run over every axis but `axis`.
 
-Conventions (see DESIGN.md): ``momentum`` is the fraction of the OLD running statistic
-kept (the chapter's 0.9; PyTorch's ``momentum`` is ``1 - ours``); the running variance is
-the biased batch variance unless ``unbiased_running_var=True`` (PyTorch's n/(n-1)).
-The references ``_batch_norm_forward_ref(x, gamma, beta, running_mean, running_var,
-training, eps, axis[, dest])`` (axis non-negative; returns ``(out, cache, batch_var)``,
-pure but for the validated ``out=`` buffer ``dest``) and ``_batch_norm_backward_ref(dout,
-cache[, dest])`` (``dest``: the validated ``(dx, dgamma, dbeta)`` tuple) are what kernels
-registered as ``"batch_norm_forward"`` / ``"batch_norm_backward"`` must reproduce. The running
-statistics are updated once, by :func:`batch_norm_forward`, from the batch statistics the
+Conventions (see DESIGN.md): `momentum` is the fraction of the OLD running statistic
+kept (the chapter's 0.9; PyTorch's `momentum` is `1 - ours`); the running variance is
+the biased batch variance unless `unbiased_running_var=True` (PyTorch's n/(n-1)).
+The references `_batch_norm_forward_ref(x, gamma, beta, running_mean, running_var,
+training, eps, axis[, dest])` (axis non-negative; returns `(out, cache, batch_var)`,
+pure but for the validated `out=` buffer `dest`) and `_batch_norm_backward_ref(dout,
+cache[, dest])` (`dest`: the validated `(dx, dgamma, dbeta)` tuple) are what kernels
+registered as `"batch_norm_forward"` / `"batch_norm_backward"` must reproduce. The running
+statistics are updated once, by [batch_norm_forward][normlab.batch_norm_forward], from the batch
+statistics the
 reference or the kernel returned.
 """
 
@@ -115,7 +116,7 @@ def _batch_norm_forward_ref(
     running_mean: np.ndarray | None, running_var: np.ndarray | None, training: bool,
     eps: float, axis: int, dest: np.ndarray | None = None,
 ) -> tuple[np.ndarray, BatchNormCache, np.ndarray]:
-    """out (``dest`` when given), cache and the biased batch variance (C,) (the running
+    """out (`dest` when given), cache and the biased batch variance (C,) (the running
     variance in eval)."""
     cd = compute_dtype_of(x, gamma, beta)
     c = x.shape[axis]
@@ -182,45 +183,60 @@ def batch_norm_forward(
 ) -> tuple[np.ndarray, BatchNormCache]:
     r"""Batch normalisation of each feature over the batch (Ioffe & Szegedy, 2015).
 
-    .. math:: \hat x = (x - \mu_c)/\sqrt{\sigma_c^2 + \epsilon},\quad y = \gamma_c \hat x + \beta_c
+    $$
+    \hat x = (x - \mu_c)/\sqrt{\sigma_c^2 + \epsilon},\quad y = \gamma_c \hat x + \beta_c
+    $$
 
-    Training: batch mean and biased variance over every axis but ``axis``, and in place
-    ``r <- momentum * r + (1 - momentum) * batch_stat`` (running variance times n/(n-1)
-    with ``unbiased_running_var``). Eval: the running statistics.
+    Training: batch mean and biased variance over every axis but `axis`, and in place
+    `r <- momentum * r + (1 - momentum) * batch_stat` (running variance times n/(n-1)
+    with `unbiased_running_var`). Eval: the running statistics.
 
     Parameters
     ----------
-    x : float array with C features on ``axis`` ((N, C) or channels-last by default;
-        ``axis=1`` for (N, C, H, W)).
-    gamma, beta : (C,) float arrays or None.
-    running_mean, running_var : writable float ndarrays (C,), updated in place in training;
-        None allowed in training (not tracked), required in eval.
-    training : bool.
-    momentum : fraction of the old statistic kept, in [0, 1].
-    eps : finite number > 0.
-    axis : the feature axis (any, negative counts from the end).
-    unbiased_running_var : update the running variance with n/(n-1) times the batch one.
-    out : optional ndarray of x's shape and dtype (C-contiguous, writeable) to write the
-        result into, whatever ``axis`` is; it must not overlap x (the cache keeps x), gamma,
-        beta nor the running statistics.
+    x : numpy.ndarray
+        Float array with C features on `axis` ((N, C) or channels-last by default; `axis=1` for
+        (N, C, H, W)).
+    gamma, beta : numpy.ndarray or None
+        (C,) float arrays, or None (no gain / no bias).
+    running_mean, running_var : numpy.ndarray or None
+        Writable float arrays (C,), updated in place in training; None allowed in training
+        (not tracked), required in eval.
+    training : bool
+        Batch statistics (True) or the running ones (False).
+    momentum : float
+        Fraction of the old statistic kept, in [0, 1].
+    eps : float
+        Finite number > 0 added to the variance.
+    axis : int
+        The feature axis (any, negative counts from the end).
+    unbiased_running_var : bool
+        Update the running variance with n/(n-1) times the batch one (as PyTorch).
+    out : numpy.ndarray, optional
+        Optional ndarray of x's shape and dtype (C-contiguous, writeable) to write the result
+        into, whatever `axis` is; it must not overlap x (the cache keeps x), gamma, beta nor the
+        running statistics.
 
     Returns
     -------
-    out : x's shape and dtype (the ``out`` buffer when given).
-    cache : :class:`~normlab.norms._cache.BatchNormCache`.
+    out : numpy.ndarray
+        x's shape and dtype (the `out` buffer when given).
+    cache : BatchNormCache
+        References and the per-feature statistics, for
+        [batch_norm_backward][normlab.batch_norm_backward].
 
     Raises
     ------
-    TypeError : non-float arrays, non-array running statistics, non-bool flags; an ``out``
-        that is not an ndarray of x's dtype.
-    ValueError : wrong shapes, eps <= 0, momentum outside [0, 1], negative running_var,
-        a read-only running statistic in training, or a training batch with one value per
-        feature; ``out`` of another shape, not C-contiguous, read-only or overlapping an
-        input. Nothing is updated (neither ``out`` nor the running statistics) when an
-        error is raised.
+    TypeError
+        Non-float arrays, non-array running statistics, non-bool flags; an `out` that is not an
+        ndarray of x's dtype.
+    ValueError
+        Wrong shapes, eps <= 0, momentum outside [0, 1], negative running_var, a read-only
+        running statistic in training, or a training batch with one value per feature; `out` of
+        another shape, not C-contiguous, read-only or overlapping an input. Nothing is updated
+        (neither `out` nor the running statistics) when an error is raised.
 
-    Example
-    -------
+    Examples
+    --------
     >>> rm, rv = np.zeros(2), np.ones(2)
     >>> out, _ = batch_norm_forward(np.array([[0.0, 1.0], [2.0, 3.0]]), None, None, rm, rv, True)
     >>> np.round(rm, 6).tolist(), np.round(out[:, 0], 4).tolist()
@@ -245,35 +261,43 @@ def batch_norm_backward(
 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
     r"""Gradients of BatchNorm in training (batch statistics) or eval (constants).
 
-    Training: :math:`\bar x = \mathrm{rstd}(g - \mathrm{mean}(g) - \hat x\,\mathrm{mean}(g\hat x))`
-    with :math:`g = \bar y\gamma` and means over every axis but ``axis``; eval:
-    :math:`\bar x = g\,\mathrm{rstd}`. :math:`\bar\gamma = \sum \bar y\hat x`,
-    :math:`\bar\beta = \sum \bar y`.
+    Training: $\bar x = \mathrm{rstd}(g - \mathrm{mean}(g) - \hat x\,\mathrm{mean}(g\hat x))$
+    with $g = \bar y\gamma$ and means over every axis but `axis`; eval:
+    $\bar x = g\,\mathrm{rstd}$. $\bar\gamma = \sum \bar y\hat x$,
+    $\bar\beta = \sum \bar y$.
 
     Parameters
     ----------
-    dout : float array of x's shape.
-    cache : from :func:`batch_norm_forward`.
-    out : optional tuple ``(dx, dgamma, dbeta)`` of buffers (each an array or None: then
-        that result is new; None where the parameter is None), each of its result's shape
-        and dtype, C-contiguous, writeable. dx may be ``dout`` itself (in place: every dout
-        value is read for the per-feature sums before any dx value is written, and each dx
-        value is written after its dout value is read) but must not overlap x; dgamma and
-        dbeta overlap nothing.
+    dout : numpy.ndarray
+        Float array of x's shape.
+    cache : BatchNormCache
+        From [batch_norm_forward][normlab.batch_norm_forward].
+    out : tuple, optional
+        Optional tuple `(dx, dgamma, dbeta)` of buffers (each an array or None: then that result
+        is new; None where the parameter is None), each of its result's shape and dtype,
+        C-contiguous, writeable. dx may be `dout` itself (in place: every dout value is read for
+        the per-feature sums before any dx value is written, and each dx value is written after
+        its dout value is read) but must not overlap x; dgamma and dbeta overlap nothing.
 
     Returns
     -------
-    dx : x's shape and dtype. dgamma, dbeta : (C,) in the parameter's dtype, or None (the
-        buffers of ``out`` where given).
+    dx : numpy.ndarray
+        x's shape and dtype (the buffer of `out` where given).
+    dgamma, dbeta : numpy.ndarray or None
+        (C,) in the parameter's dtype, or None when the parameter was None (the buffers of
+        `out` where given).
 
     Raises
     ------
-    TypeError : wrong cache type or non-float dout; ``out`` not a tuple of 3.
-    ValueError : dout not of x's shape; an ``out`` buffer of the wrong shape, layout or
-        overlap, or given for a missing parameter.
+    TypeError
+        Wrong cache type or non-float dout; `out` not a tuple of 3.
 
-    Example
-    -------
+    ValueError
+        dout not of x's shape; an `out` buffer of the wrong shape, layout or overlap, or given
+        for a missing parameter.
+
+    Examples
+    --------
     >>> x = np.array([[0.0, 1.0], [2.0, 5.0]])
     >>> out, cache = batch_norm_forward(x, np.ones(2), np.zeros(2), None, None, True)
     >>> batch_norm_backward(np.ones_like(x), cache)[2].tolist()

@@ -1,4 +1,4 @@
-"""GroupNorm forward and backward on (N, C, *S), as ``torch.nn.functional.group_norm``.
+"""GroupNorm forward and backward on (N, C, *S), as `torch.nn.functional.group_norm`.
 
 Dimension letters: N = batch, C = channels, G = groups, S = spatial dims, and
 m = (C / G) * prod(S) values per (sample, group). Each sample's channels are split into G
@@ -6,10 +6,10 @@ contiguous groups; each group is normalised with its own mean and biased varianc
 scaled and shifted per channel. GroupNorm with G = 1 is LayerNorm over (C, *S) with a
 per-channel affine; with G = C it is InstanceNorm (Wu & He, "Group Normalization", 2018).
 
-The references ``_group_norm_forward_ref(x, g, gamma, beta, eps[, dest])`` and
-``_group_norm_backward_ref(dout, cache[, dest])`` (``dest``: the validated ``out=``
-buffer, or ``(dx, dgamma, dbeta)`` tuple) are what kernels registered as
-``"group_norm_forward"`` / ``"group_norm_backward"`` must reproduce.
+The references `_group_norm_forward_ref(x, g, gamma, beta, eps[, dest])` and
+`_group_norm_backward_ref(dout, cache[, dest])` (`dest`: the validated `out=`
+buffer, or `(dx, dgamma, dbeta)` tuple) are what kernels registered as
+`"group_norm_forward"` / `"group_norm_backward"` must reproduce.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ def _per_channel(p: np.ndarray, x: np.ndarray, cd: np.dtype) -> np.ndarray:
 
 def _xhat(x: np.ndarray, mean: np.ndarray, rstd: np.ndarray, g: int,
           into: np.ndarray | None = None) -> np.ndarray:
-    """The normalised input in the stats' dtype, shape (N, C, *S) (written into ``into``,
+    """The normalised input in the stats' dtype, shape (N, C, *S) (written into `into`,
     a C-contiguous array of that shape and dtype, when given)."""
     xg = _grouped(x.astype(rstd.dtype, copy=False), g)  # (N, G, m)
     if into is None:
@@ -62,7 +62,7 @@ def _xhat(x: np.ndarray, mean: np.ndarray, rstd: np.ndarray, g: int,
 
 
 def _direct(dest: np.ndarray | None, cd: np.dtype) -> np.ndarray | None:
-    """The ``out=`` buffer when results can be computed in it (x's dtype is the compute
+    """The `out=` buffer when results can be computed in it (x's dtype is the compute
     dtype), else None (computed, then cast and copied in)."""
     return dest if dest is not None and dest.dtype == cd else None
 
@@ -136,34 +136,45 @@ def group_norm_forward(
 ) -> tuple[np.ndarray, GroupNormCache]:
     r"""Group normalisation (Wu & He, 2018).
 
-    .. math:: \hat x_{n,c,s} = (x_{n,c,s} - \mu_{n,g(c)})/\sqrt{\sigma^2_{n,g(c)} + \epsilon},
-        \quad y = \gamma_c \hat x + \beta_c
+    $$
+    \hat x_{n,c,s} = (x_{n,c,s} - \mu_{n,g(c)})/\sqrt{\sigma^2_{n,g(c)} + \epsilon},
+    \quad y = \gamma_c \hat x + \beta_c
+    $$
 
     Parameters
     ----------
-    x : float array (N, C, *S), at least 2-D.
-    num_groups : G >= 1 dividing C.
-    gamma, beta : (C,) float arrays or None.
-    eps : finite number > 0.
-    out : optional ndarray of x's shape and dtype (C-contiguous, writeable) to write the
-        result into; it must not overlap x (the cache keeps x) nor gamma / beta.
+    x : numpy.ndarray
+        Float array (N, C, *S), at least 2-D.
+    num_groups : int
+        G >= 1 dividing C.
+    gamma, beta : numpy.ndarray or None
+        (C,) float arrays, or None (no gain / no bias).
+    eps : float
+        Finite number > 0 added to the variance.
+    out : numpy.ndarray, optional
+        Optional ndarray of x's shape and dtype (C-contiguous, writeable) to write the result
+        into; it must not overlap x (the cache keeps x) nor gamma / beta.
 
     Returns
     -------
-    out : x's shape and dtype (the ``out`` buffer when given).
-    cache : :class:`~normlab.norms._cache.GroupNormCache` with per-(sample, group) mean and
-        rstd of shape (N, G).
+    out : numpy.ndarray
+        x's shape and dtype (the `out` buffer when given).
+    cache : GroupNormCache
+        References and the per-(sample, group) mean and rstd of shape (N, G), for
+        [group_norm_backward][normlab.group_norm_backward].
 
     Raises
     ------
-    TypeError : non-float arrays, non-integer num_groups, non-number eps; an ``out`` that
-        is not an ndarray of x's dtype.
-    ValueError : x with fewer than 2 dims, num_groups < 1 or not dividing C, gamma/beta
-        not of shape (C,), eps <= 0 or not finite; ``out`` of another shape, not
-        C-contiguous, read-only or overlapping an input.
+    TypeError
+        Non-float arrays, non-integer num_groups, non-number eps; an `out` that is not an
+        ndarray of x's dtype.
+    ValueError
+        x with fewer than 2 dims, num_groups < 1 or not dividing C, gamma/beta not of shape
+        (C,), eps <= 0 or not finite; `out` of another shape, not C-contiguous, read-only or
+        overlapping an input.
 
-    Example
-    -------
+    Examples
+    --------
     >>> x = np.arange(8.0).reshape(1, 4, 2)
     >>> out, cache = group_norm_forward(x, 2, None, None)
     >>> cache.mean.tolist()
@@ -182,33 +193,42 @@ def group_norm_backward(
 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
     r"""Gradients of GroupNorm: LayerNorm's backward within each (sample, group).
 
-    With :math:`h = \bar y \gamma_c` viewed as (N, G, m):
-    :math:`\bar x = \mathrm{rstd}(h - \mathrm{mean}(h) - \hat x\,\mathrm{mean}(h\hat x))`;
-    :math:`\bar\gamma_c = \sum_{n,s} \bar y \hat x`, :math:`\bar\beta_c = \sum_{n,s} \bar y`.
+    With $h = \bar y \gamma_c$ viewed as (N, G, m):
+    $\bar x = \mathrm{rstd}(h - \mathrm{mean}(h) - \hat x\,\mathrm{mean}(h\hat x))$;
+    $\bar\gamma_c = \sum_{n,s} \bar y \hat x$, $\bar\beta_c = \sum_{n,s} \bar y$.
 
     Parameters
     ----------
-    dout : float array of x's shape.
-    cache : from :func:`group_norm_forward`.
-    out : optional tuple ``(dx, dgamma, dbeta)`` of buffers (each an array or None: then
-        that result is new; None where the parameter is None), each of its result's shape
-        and dtype, C-contiguous, writeable. dx may be ``dout`` itself (in place: dx is
-        written after every gradient has been computed from dout) but must not overlap x;
-        dgamma and dbeta overlap nothing.
+    dout : numpy.ndarray
+        Float array of x's shape.
+    cache : GroupNormCache
+        From [group_norm_forward][normlab.group_norm_forward].
+    out : tuple, optional
+        Optional tuple `(dx, dgamma, dbeta)` of buffers (each an array or None: then that result
+        is new; None where the parameter is None), each of its result's shape and dtype,
+        C-contiguous, writeable. dx may be `dout` itself (in place: dx is written after every
+        gradient has been computed from dout) but must not overlap x; dgamma and dbeta overlap
+        nothing.
 
     Returns
     -------
-    dx : x's shape and dtype. dgamma, dbeta : (C,) in the parameter's dtype, or None (the
-        buffers of ``out`` where given).
+    dx : numpy.ndarray
+        x's shape and dtype (the buffer of `out` where given).
+    dgamma, dbeta : numpy.ndarray or None
+        (C,) in the parameter's dtype, or None when the parameter was None (the buffers of
+        `out` where given).
+
 
     Raises
     ------
-    TypeError : wrong cache type or non-float dout; ``out`` not a tuple of 3.
-    ValueError : dout not of x's shape; an ``out`` buffer of the wrong shape, layout or
-        overlap, or given for a missing parameter.
+    TypeError
+        Wrong cache type or non-float dout; `out` not a tuple of 3.
+    ValueError
+        dout not of x's shape; an `out` buffer of the wrong shape, layout or overlap, or given
+        for a missing parameter.
 
-    Example
-    -------
+    Examples
+    --------
     >>> x = np.arange(8.0).reshape(1, 4, 2)
     >>> out, cache = group_norm_forward(x, 2, np.ones(4), np.zeros(4))
     >>> group_norm_backward(np.ones_like(x), cache)[2].tolist()

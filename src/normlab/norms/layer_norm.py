@@ -1,11 +1,11 @@
 """LayerNorm forward and backward (chapter Listing 16.1, equations 16.1 and 16.3).
 
 Dimension letters: B = leading dims (rows), F = the k normalised trailing dims.
-The reference implementations ``_layer_norm_forward_ref(x, gamma, beta, eps,
-normalized_ndim)`` and ``_layer_norm_backward_ref(dout, cache)`` are what a kernel
-registered as ``"layer_norm_forward"`` / ``"layer_norm_backward"`` must reproduce.
-The ``_core`` helpers compute in the compute dtype and are shared with the fused
-residual-add variants in :mod:`normlab.norms.add_norm`.
+The reference implementations `_layer_norm_forward_ref(x, gamma, beta, eps,
+normalized_ndim)` and `_layer_norm_backward_ref(dout, cache)` are what a kernel
+registered as `"layer_norm_forward"` / `"layer_norm_backward"` must reproduce.
+The `_core` helpers compute in the compute dtype and are shared with the fused
+residual-add variants in `normlab.norms.add_norm`.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def layer_norm_forward_core(
 def layer_norm_backward_core(
     dout: np.ndarray, cache: LayerNormCache
 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
-    """dx, dgamma, dbeta in the compute dtype (``cache.rstd.dtype``)."""
+    """dx, dgamma, dbeta in the compute dtype (`cache.rstd.dtype`)."""
     cd = cache.rstd.dtype
     x, k = cache.x, cache.normalized_ndim
     lead, red = tuple(range(x.ndim - k)), tuple(range(x.ndim - k, x.ndim))
@@ -122,35 +122,47 @@ def layer_norm_forward(
 ) -> tuple[np.ndarray, LayerNormCache]:
     r"""Layer normalisation over the trailing dims of each example (Ba et al., 2016).
 
-    .. math:: \hat x = (x - \mu) / \sqrt{\sigma^2 + \epsilon},\quad y = \gamma \hat x + \beta
+    $$
+    \hat x = (x - \mu) / \sqrt{\sigma^2 + \epsilon},\quad y = \gamma \hat x + \beta
+    $$
 
-    with the mean and biased variance taken over the last ``k`` dims of each row.
+    with the mean and biased variance taken over the last `k` dims of each row.
 
     Parameters
     ----------
-    x : float array (*B, *F); float16 / bfloat16 are computed in float32.
-    gamma, beta : float arrays of shape F (= ``x.shape[-k:]``) or None (no gain / no bias).
-    eps : finite number > 0 added to the variance.
-    normalized_ndim : k, the number of trailing dims to normalise. Default: ``gamma.ndim``
-        if gamma is given, else ``beta.ndim`` if beta is given, else 1.
-    out : optional ndarray of x's shape and dtype (C-contiguous, writeable) to write the
-        result into; it must not overlap x (the cache keeps x) nor gamma / beta.
+    x : numpy.ndarray
+        Float array (*B, *F); float16 / bfloat16 are computed in float32.
+    gamma, beta : numpy.ndarray or None
+        Float arrays of shape F (= `x.shape[-k:]`), or None (no gain / no bias).
+    eps : float
+        Finite number > 0 added to the variance.
+    normalized_ndim : int, optional
+        k, the number of trailing dims to normalise. Default: `gamma.ndim` if gamma is given,
+        else `beta.ndim` if beta is given, else 1.
+    out : numpy.ndarray, optional
+        Optional ndarray of x's shape and dtype (C-contiguous, writeable) to write the result
+        into; it must not overlap x (the cache keeps x) nor gamma / beta.
 
     Returns
     -------
-    out : array of x's shape and dtype (the ``out`` buffer when given).
-    cache : :class:`~normlab.norms._cache.LayerNormCache` (references + per-row mean, rstd).
+    out : numpy.ndarray
+        x's shape and dtype (the `out` buffer when given).
+    cache : LayerNormCache
+        References and the per-row mean and rstd, for
+        [layer_norm_backward][normlab.layer_norm_backward].
 
     Raises
     ------
-    TypeError : non-float x, gamma or beta; non-number eps or normalized_ndim; an ``out``
-        that is not an ndarray of x's dtype.
-    ValueError : eps <= 0, not finite or below the compute dtype's smallest normal; gamma/beta
-        not of shape F; k outside [1, x.ndim]; ``out`` of another shape, not C-contiguous,
-        read-only or overlapping an input.
+    TypeError
+        Non-float x, gamma or beta; non-number eps or normalized_ndim; an `out` that is not an
+        ndarray of x's dtype.
+    ValueError
+        eps <= 0, not finite or below the compute dtype's smallest normal; gamma/beta not of
+        shape F; k outside [1, x.ndim]; `out` of another shape, not C-contiguous, read-only or
+        overlapping an input.
 
-    Example
-    -------
+    Examples
+    --------
     >>> out, cache = layer_norm_forward(np.array([[1.0, 2.0, 3.0]]), None, None)
     >>> np.round(out, 4)
     array([[-1.2247,  0.    ,  1.2247]])
@@ -158,12 +170,12 @@ def layer_norm_forward(
     Notes
     -----
     Statistics are accumulated in float32 or float64 with a two-pass algorithm (see
-    :mod:`normlab._stats`), so rows with a large offset keep their precision; the kernels
+    `normlab._stats`), so rows with a large offset keep their precision; the kernels
     add float32 block sums in float64, so accuracy does not degrade with the row width.
-    NaN stays in its row: a row holding NaN or inf gives NaN in that row of ``out`` only,
-    without warnings. ``eps`` must be at least the smallest normal number of the compute
-    dtype (1.2e-38 for float32, 2.2e-308 for float64), else ``1/sqrt(var + eps)`` could not
-    be finite for a constant row. Big-endian input (``'>f8'``) is computed as float64 and
+    NaN stays in its row: a row holding NaN or inf gives NaN in that row of `out` only,
+    without warnings. `eps` must be at least the smallest normal number of the compute
+    dtype (1.2e-38 for float32, 2.2e-308 for float64), else `1/sqrt(var + eps)` could not
+    be finite for a constant row. Big-endian input (`'>f8'`) is computed as float64 and
     returned in native byte order.
     """
     args = validate_layer_norm(x, gamma, beta, eps, normalized_ndim)
@@ -179,39 +191,47 @@ def layer_norm_backward(
 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
     r"""Gradients of LayerNorm given the upstream gradient (equation 16.3).
 
-    With :math:`g = \bar y \odot \gamma` and means over the normalised dims,
-    :math:`\bar x = \mathrm{rstd}\,(g - \mathrm{mean}(g) - \hat x\,\mathrm{mean}(g \hat x))`,
-    :math:`\bar\gamma = \sum_B \bar y \hat x`, :math:`\bar\beta = \sum_B \bar y`.
+    With $g = \bar y \odot \gamma$ and means over the normalised dims,
+    $\bar x = \mathrm{rstd}\,(g - \mathrm{mean}(g) - \hat x\,\mathrm{mean}(g \hat x))$,
+    $\bar\gamma = \sum_B \bar y \hat x$, $\bar\beta = \sum_B \bar y$.
 
     Parameters
     ----------
-    dout : float array of x's shape.
-    cache : the cache returned by :func:`layer_norm_forward`.
-    out : optional tuple ``(dx, dgamma, dbeta)`` of buffers (each an array or None: then
-        that result is new; None where the parameter is None), each of its result's shape
-        and dtype, C-contiguous, writeable. dx may be ``dout`` itself (in place) but must
-        not overlap x; dgamma and dbeta overlap nothing.
+    dout : numpy.ndarray
+        Float array of x's shape.
+    cache : LayerNormCache
+        The cache returned by [layer_norm_forward][normlab.layer_norm_forward].
+    out : tuple, optional
+        Optional tuple `(dx, dgamma, dbeta)` of buffers (each an array or None: then that result
+        is new; None where the parameter is None), each of its result's shape and dtype,
+        C-contiguous, writeable. dx may be `dout` itself (in place) but must not overlap x;
+        dgamma and dbeta overlap nothing.
 
     Returns
     -------
-    dx : x's shape and dtype (the buffers of ``out`` where given). dgamma, dbeta : shape F
-        in the parameter's dtype, or None when the parameter was None. An empty batch gives
-        zero parameter gradients.
+    dx : numpy.ndarray
+        x's shape and dtype (the buffer of `out` where given).
+
+    dgamma, dbeta : numpy.ndarray or None
+        Shape F in the parameter's dtype, or None when the parameter was None. An empty batch
+        gives zero parameter gradients.
 
     Raises
     ------
-    TypeError : a cache of the wrong type or a non-float dout; ``out`` not a tuple of 3.
-    ValueError : dout not of x's shape; an ``out`` buffer of the wrong shape, layout or
-        overlap, or given for a missing parameter.
+    TypeError
+        a cache of the wrong type or a non-float dout; `out` not a tuple of 3.
+    ValueError
+        dout not of x's shape; an `out` buffer of the wrong shape, layout or overlap, or given
+        for a missing parameter.
 
     Notes
     -----
-    NaN stays in its row for ``dx``, but not for the parameter gradients: dgamma sums
-    ``dout * x_hat`` over the rows, so one NaN row of x makes every entry of dgamma NaN (as
-    in PyTorch); dbeta sums only ``dout`` and stays finite.
+    NaN stays in its row for `dx`, but not for the parameter gradients: dgamma sums
+    `dout * x_hat` over the rows, so one NaN row of x makes every entry of dgamma NaN (as
+    in PyTorch); dbeta sums only `dout` and stays finite.
 
-    Example
-    -------
+    Examples
+    --------
     >>> x = np.array([[1.0, 2.0, 4.0]])
     >>> out, cache = layer_norm_forward(x, np.ones(3), np.zeros(3))
     >>> dx, dg, db = layer_norm_backward(np.ones_like(x), cache)

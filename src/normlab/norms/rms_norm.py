@@ -1,10 +1,10 @@
 """RMSNorm forward and backward (chapter Listing 16.2, equation 16.2).
 
 Dimension letters: B = leading dims (rows), F = the k normalised trailing dims.
-The references ``_rms_norm_forward_ref(x, weight, eps, offset, normalized_ndim)`` and
-``_rms_norm_backward_ref(dout, cache)`` are what kernels registered as
-``"rms_norm_forward"`` / ``"rms_norm_backward"`` must reproduce. The ``_core`` helpers
-compute in the compute dtype and are shared with :mod:`normlab.norms.add_norm`.
+The references `_rms_norm_forward_ref(x, weight, eps, offset, normalized_ndim)` and
+`_rms_norm_backward_ref(dout, cache)` are what kernels registered as
+`"rms_norm_forward"` / `"rms_norm_backward"` must reproduce. The `_core` helpers
+compute in the compute dtype and are shared with `normlab.norms.add_norm`.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def rms_norm_forward_core(
 def rms_norm_backward_core(
     dout: np.ndarray, cache: RMSNormCache
 ) -> tuple[np.ndarray, np.ndarray | None]:
-    """dx and dweight in the compute dtype (``cache.rstd.dtype``)."""
+    """dx and dweight in the compute dtype (`cache.rstd.dtype`)."""
     cd = cache.rstd.dtype
     x, k = cache.x, cache.normalized_ndim
     lead, red = tuple(range(x.ndim - k)), tuple(range(x.ndim - k, x.ndim))
@@ -120,36 +120,47 @@ def rms_norm_forward(
 ) -> tuple[np.ndarray, RMSNormCache]:
     r"""Root-mean-square normalisation of each row (Zhang & Sennrich, 2019).
 
-    .. math:: y = (\mathrm{offset} + w) \odot x / \sqrt{\mathrm{mean}(x^2) + \epsilon}
+    $$
+    y = (\mathrm{offset} + w) \odot x / \sqrt{\mathrm{mean}(x^2) + \epsilon}
+    $$
 
-    ``offset=1.0`` gives the zero-centred gain of Gemma-style models (weights stored as
-    ``gain - 1``).
+    `offset=1.0` gives the zero-centred gain of Gemma-style models (weights stored as
+    `gain - 1`).
 
     Parameters
     ----------
-    x : float array (*B, *F); float16 / bfloat16 are computed in float32.
-    weight : float array of shape F or None (gain 1; ``offset`` is then unused).
-    eps : finite number > 0 added to the mean square (default 1e-8, the listing's).
-    offset : finite number added to the weight.
-    normalized_ndim : number of trailing dims to normalise (default ``weight.ndim`` or 1).
-    out : optional ndarray of x's shape and dtype (C-contiguous, writeable) to write the
-        result into; it must not overlap x (the cache keeps x) nor weight.
+    x : numpy.ndarray
+        Float array (*B, *F); float16 / bfloat16 are computed in float32.
+    weight : numpy.ndarray or None
+        Float array of shape F, or None (gain 1; `offset` is then unused).
+    eps : float
+        Finite number > 0 added to the mean square (default 1e-8, the listing's).
+    offset : float
+        Finite number added to the weight.
+    normalized_ndim : int, optional
+        Number of trailing dims to normalise (default `weight.ndim`, or 1).
+    out : numpy.ndarray, optional
+        Optional ndarray of x's shape and dtype (C-contiguous, writeable) to write the result
+        into; it must not overlap x (the cache keeps x) nor weight.
 
     Returns
     -------
-    out : x's shape and dtype (the ``out`` buffer when given).
-    cache : :class:`~normlab.norms._cache.RMSNormCache`.
+    out : numpy.ndarray
+        x's shape and dtype (the `out` buffer when given).
+    cache : RMSNormCache
+        References and the per-row rstd, for [rms_norm_backward][normlab.rms_norm_backward].
 
     Raises
     ------
-    TypeError : non-float x / weight, non-number eps / offset / normalized_ndim; an ``out``
-        that is not an ndarray of x's dtype.
-    ValueError : eps <= 0 or not finite, offset not finite, weight not of shape F,
-        k outside [1, x.ndim]; ``out`` of another shape, not C-contiguous, read-only or
-        overlapping an input.
+    TypeError
+        Non-float x / weight, non-number eps / offset / normalized_ndim; an `out` that is not an
+        ndarray of x's dtype.
+    ValueError
+        eps <= 0 or not finite, offset not finite, weight not of shape F, k outside [1, x.ndim];
+        `out` of another shape, not C-contiguous, read-only or overlapping an input.
 
-    Example
-    -------
+    Examples
+    --------
     >>> out, _ = rms_norm_forward(np.array([[3.0, 4.0]]), None, eps=1e-12)
     >>> np.round(out, 6)
     array([[0.848528, 1.131371]])
@@ -167,31 +178,39 @@ def rms_norm_backward(
 ) -> tuple[np.ndarray, np.ndarray | None]:
     r"""Gradients of RMSNorm.
 
-    With :math:`g = \bar y \odot (\mathrm{offset} + w)` and :math:`\hat x = x\,\mathrm{rstd}`:
-    :math:`\bar x = \mathrm{rstd}\,(g - \hat x\,\mathrm{mean}(g \hat x))`,
-    :math:`\bar w = \sum_B \bar y \hat x`.
+    With $g = \bar y \odot (\mathrm{offset} + w)$ and $\hat x = x\,\mathrm{rstd}$:
+    $\bar x = \mathrm{rstd}\,(g - \hat x\,\mathrm{mean}(g \hat x))$,
+    $\bar w = \sum_B \bar y \hat x$.
 
     Parameters
     ----------
-    dout : float array of x's shape.
-    cache : the cache returned by :func:`rms_norm_forward`.
-    out : optional tuple ``(dx, dweight)`` of buffers (each an array or None; None where
-        there is no weight), of their results' shapes and dtypes, C-contiguous, writeable;
-        dx may be ``dout`` itself but must not overlap x.
+    dout : numpy.ndarray
+        Float array of x's shape.
+    cache : RMSNormCache
+        The cache returned by [rms_norm_forward][normlab.rms_norm_forward].
+    out : tuple, optional
+
+        Optional tuple `(dx, dweight)` of buffers (each an array or None; None where there is no
+        weight), of their results' shapes and dtypes, C-contiguous, writeable; dx may be `dout`
+        itself but must not overlap x.
 
     Returns
     -------
-    dx : x's shape and dtype (the ``out`` buffer where given).
-    dweight : shape F in weight's dtype, or None without weight.
+    dx : numpy.ndarray
+        x's shape and dtype (the `out` buffer where given).
+    dweight : numpy.ndarray or None
+        Shape F in weight's dtype, or None without weight.
 
     Raises
     ------
-    TypeError : wrong cache type or non-float dout; ``out`` not a tuple of 2.
-    ValueError : dout not of x's shape; an ``out`` buffer of the wrong shape, layout or
-        overlap, or given without a weight.
+    TypeError
+        Wrong cache type or non-float dout; `out` not a tuple of 2.
+    ValueError
+        dout not of x's shape; an `out` buffer of the wrong shape, layout or overlap, or given
+        without a weight.
 
-    Example
-    -------
+    Examples
+    --------
     >>> out, cache = rms_norm_forward(np.array([[3.0, 4.0]]), np.ones(2))
     >>> dx, dw = rms_norm_backward(np.ones((1, 2)), cache)
     >>> dw.shape

@@ -1,14 +1,14 @@
-"""Scalar reference of :func:`normlab.precision.quantize`, in exact rational arithmetic.
+"""Scalar reference of [normlab.precision.quantize][], in exact rational arithmetic.
 
-Contract: ``round_scalar(x, fmt, mode, saturate, word)`` returns, as a Python float, what
-``quantize`` returns for one element. It shares no code with the vectorised path: it works
-with :class:`fractions.Fraction` values and the format's definition (the two neighbours
-``lo`` and ``lo + q`` of |x| on the grid of quantum q), not with bit fields, so the tests
+Contract: `round_scalar(x, fmt, mode, saturate, word)` returns, as a Python float, what
+`quantize` returns for one element. It shares no code with the vectorised path: it works
+with `fractions.Fraction` values and the format's definition (the two neighbours
+`lo` and `lo + q` of |x| on the grid of quantum q), not with bit fields, so the tests
 can hold each against the other. It is slow (microseconds per element): use it for tests
 and teaching, never on large arrays.
 
-Directed modes: "toward_positive" takes ``lo + q`` for x > 0 when |x| is off the grid and
-``lo`` for x < 0; "toward_negative" the mirror image; overflow on the side rounded towards
+Directed modes: "toward_positive" takes `lo + q` for x > 0 when |x| is off the grid and
+`lo` for x < 0; "toward_negative" the mirror image; overflow on the side rounded towards
 zero gives +-max (IEEE 754-2019 sec. 7.4). fnuz formats: a zero result is +0.
 
 Stochastic rule in these terms: with t = (|x| - lo) / q in [0, 1), round up iff
@@ -44,23 +44,29 @@ def round_scalar(
     saturate: bool = False,
     word: int | None = None,
 ) -> float:
-    """Round one value ``x`` to ``fmt`` exactly; see the module header for the rules.
+    """Round one value `x` to `fmt` exactly; see the module header for the rules.
 
     Parameters
     ----------
     x : float
-        The input value (a float32 value when ``from_float32``).
+        The input value (a float32 value when `from_float32`).
     fmt : Format
-    mode : RoundingMode or its string
+        The target format.
+    mode : RoundingMode or str
+        The rounding mode.
     saturate : bool
-    word : int in [0, 2^64), required for the stochastic mode
+        Overflow and infinities become +-max instead of inf/NaN.
+    word : int, optional
+        The element's 64-bit random word, in [0, 2^64): required for the stochastic mode.
 
     Returns
     -------
-    float: the rounded value (inf or NaN on overflow/specials as quantize).
+    float
+        The rounded value (inf or NaN on overflow and specials, as `quantize`).
 
-    Example
-    -------
+
+    Examples
+    --------
     >>> from normlab.precision.formats import BFLOAT16
     >>> round_scalar(1.0 + 2.0**-8, BFLOAT16)
     1.0

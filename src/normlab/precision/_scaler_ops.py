@@ -1,9 +1,9 @@
-"""Array and scalar helpers of the loss scalers (:mod:`normlab.precision.loss_scaling`).
+"""Array and scalar helpers of the loss scalers (`normlab.precision.loss_scaling`).
 
-Contract: every helper validates before it writes; ``multiply_in_place`` is the only one
-that changes arrays, and only after ``collect_grads`` accepted every one of them. Dtype
-decisions use the native-byte-order dtype, so ``'>f8'`` gradients are unscaled in float64
-exactly as ``'<f8'`` ones (never through float32).
+Contract: every helper validates before it writes; `multiply_in_place` is the only one
+that changes arrays, and only after `collect_grads` accepted every one of them. Dtype
+decisions use the native-byte-order dtype, so `'>f8'` gradients are unscaled in float64
+exactly as `'<f8'` ones (never through float32).
 """
 
 from __future__ import annotations
@@ -40,9 +40,9 @@ __all__ = [
 
 def as_f32_scale(value: Any, name: str, *, allow_zero: bool = False,
                  allow_one_element: bool = False) -> float:
-    """A finite scale > 0 (>= 0 with ``allow_zero``) that keeps its meaning in float32.
+    """A finite scale > 0 (>= 0 with `allow_zero`) that keeps its meaning in float32.
 
-    0-d arrays (what ``np.load`` gives back) are unwrapped; with ``allow_one_element`` so
+    0-d arrays (what `np.load` gives back) are unwrapped; with `allow_one_element` so
     are 1-element arrays. A value that overflows float32, or a non-zero one that underflows
     to 0 there, is rejected.
     """
@@ -69,7 +69,7 @@ def inv(scale: float) -> float:
 
 
 def collect_grads(grads: Any) -> list[np.ndarray]:
-    """The gradient arrays to unscale in place; ``None`` entries (no gradient) are skipped."""
+    """The gradient arrays to unscale in place; `None` entries (no gradient) are skipped."""
     items = [grads] if isinstance(grads, np.ndarray) else grads
     if isinstance(items, Mapping):
         items = list(items.values())
@@ -116,8 +116,8 @@ def check_found_inf(value: Any) -> bool:
     """found_inf: a bool or a number, non-zero meaning overflow (torch sums the found_inf
     flags of several optimizers, so counts above 1 occur); 0-d and 1-element arrays too.
 
-    Note that ``update(x)`` reads x as this flag, while torch's ``GradScaler.update(x)``
-    sets the scale: use ``update(new_scale=x)`` for that.
+    Note that `update(x)` reads x as this flag, while torch's `GradScaler.update(x)`
+    sets the scale: use `update(new_scale=x)` for that.
     """
     v = scalar_item(value, "found_inf", allow_one_element=True)
     if isinstance(v, (bool, np.bool_)):

@@ -1,11 +1,11 @@
-"""Bit codes of a :class:`Format`: encode, decode, ml_dtypes storage and a bit-layout view.
+"""Bit codes of a `Format`: encode, decode, ml_dtypes storage and a bit-layout view.
 
-Contract: a code is the unsigned integer ``sign << (e + m) | exponent << m | mantissa``
-(no sign field in unsigned formats), stored in uint8 / uint16 / uint32 by the format's
-width. :func:`encode` takes values that the format represents exactly (round them first
-with :func:`quantize`); it never rounds, so ``decode(encode(x)) == x`` bit for bit.
-NaN encodes to the format's canonical NaN (IEEE: all-ones exponent, top mantissa bit set;
-"fn": all-ones magnitude; "fnuz": the sign bit alone, 0x80), which is what ml_dtypes
+Contract: a code is the unsigned integer `sign << (e + m) | exponent << m | mantissa` (no sign
+field in unsigned formats), stored in uint8 / uint16 / uint32 by the format's width.
+[encode][normlab.precision.encode] takes values that the format represents exactly (round them
+first with [quantize][normlab.precision.quantize]); it never rounds, so `decode(encode(x)) == x`
+bit for bit. NaN encodes to the format's canonical NaN (IEEE: all-ones exponent, top mantissa
+bit set; "fn": all-ones magnitude; "fnuz": the sign bit alone, 0x80), which is what ml_dtypes
 produces. The fnuz formats have no -0: -0.0 encodes to the code of +0.
 """
 
@@ -48,32 +48,35 @@ _STORAGE = {
 
 
 def code_dtype(fmt: Format) -> np.dtype:
-    """The unsigned integer type that holds one code of ``fmt`` (uint8/uint16/uint32)."""
+    """The unsigned integer type that holds one code of `fmt` (uint8/uint16/uint32)."""
     return np.dtype(np.uint8 if fmt.bits <= 8 else np.uint16 if fmt.bits <= 16 else np.uint32)
 
 
 def encode(x: Any, fmt: Format | str) -> np.ndarray:
-    """The codes of the values in ``x`` (float32/float64, exactly representable in ``fmt``).
+    """The codes of the values in `x` (float32/float64, exactly representable in `fmt`).
 
     Parameters
     ----------
-    x : ndarray of float32 or float64
+    x : numpy.ndarray
+        float32 or float64 values that `fmt` holds exactly.
     fmt : Format or str
+        The format, or its name.
 
     Returns
     -------
-    ndarray of uint8 / uint16 / uint32 (by ``fmt.bits``), x's shape.
+    numpy.ndarray
+        uint8, uint16 or uint32 codes (by `fmt.bits`), x's shape.
 
     Raises
     ------
     TypeError
         x is not float32/float64.
     ValueError
-        A value ``fmt`` cannot hold exactly (round first with ``quantize(x, fmt)``), an
-        infinity in a format without one, NaN in a format without NaN.
+        A value `fmt` cannot hold exactly (round first with `quantize(x, fmt)`), an infinity in
+        a format without one, NaN in a format without NaN.
 
-    Example
-    -------
+    Examples
+    --------
     >>> encode(np.array([1.0, -2.0], np.float32), "e4m3").tolist()
     [56, 192]
     """
@@ -117,19 +120,22 @@ def encode(x: Any, fmt: Format | str) -> np.ndarray:
 
 
 def decode(codes: Any, fmt: Format | str) -> np.ndarray:
-    """The float32 values of integer ``codes`` of ``fmt`` (every code decodes exactly).
+    """The float32 values of integer `codes` of `fmt` (every code decodes exactly).
 
-    Formula: normal ``(-1)^s 2^(E - bias) (1 + M / 2^m)``, subnormal
-    ``(-1)^s 2^(1 - bias) M / 2^m``, plus the format's inf/NaN codes (IEEE 754-2019 §3.4).
+    Formula: normal `(-1)^s 2^(E - bias) (1 + M / 2^m)`, subnormal
+    `(-1)^s 2^(1 - bias) M / 2^m`, plus the format's inf/NaN codes (IEEE 754-2019 §3.4).
 
     Parameters
     ----------
-    codes : array_like of integers, any shape
+    codes : array_like
+        Integer codes, any shape.
     fmt : Format or str
+        The format, or its name.
 
     Returns
     -------
-    ndarray of float32, codes' shape (NaN codes decode to a quiet NaN with their sign).
+    numpy.ndarray
+        float32, codes' shape (NaN codes decode to a quiet NaN with their sign).
 
     Raises
     ------
@@ -138,8 +144,8 @@ def decode(codes: Any, fmt: Format | str) -> np.ndarray:
     ValueError
         A code outside [0, 2^bits).
 
-    Example
-    -------
+    Examples
+    --------
     >>> decode(np.array([56, 192], np.uint8), "e4m3").tolist()
     [1.0, -2.0]
     """
@@ -173,27 +179,31 @@ def decode(codes: Any, fmt: Format | str) -> np.ndarray:
 
 
 def to_ml_dtypes(x: Any, fmt: Format | str, **quantize_options: Any) -> np.ndarray:
-    """Round ``x`` with :func:`quantize` and store it in the matching numpy/ml_dtypes type.
+    """Round `x` with `quantize` and store it in the matching numpy/ml_dtypes type.
 
     Parameters
     ----------
-    x : ndarray of float32 or float64
-    fmt : Format or str, a named format (float32, float16, bfloat16, fp8, fp6, fp4, E8M0)
+    x : numpy.ndarray
+        float32 or float64 values.
+    fmt : Format or str
+        A named format (float32, float16, bfloat16, fp8, fp6, fp4, E8M0), or its name.
     **quantize_options
-        rounding, saturate, rng, seed, random_bits: passed to :func:`quantize`.
+        `rounding`, `saturate`, `rng`, `seed`, `random_bits`: passed to
+        [quantize][normlab.precision.quantize].
 
     Returns
     -------
-    ndarray of the format's numpy/ml_dtypes type (1 byte per fp8/fp6/fp4 element, 2 for
-    bfloat16/float16), x's shape.
+    numpy.ndarray
+        x's shape, in the format's numpy/ml_dtypes type (1 byte per fp8/fp6/fp4 element, 2
+        for bfloat16/float16).
 
     Raises
     ------
     ValueError
         A format without a storage type (user formats); NaN into fp6/fp4 (no NaN code).
 
-    Example
-    -------
+    Examples
+    --------
     >>> to_ml_dtypes(np.array([0.1], np.float32), "bf16").dtype.name
     'bfloat16'
     """
@@ -206,25 +216,28 @@ def to_ml_dtypes(x: Any, fmt: Format | str, **quantize_options: Any) -> np.ndarr
 def from_ml_dtypes(a: Any) -> np.ndarray:
     """The float32 values of an array of a numpy/ml_dtypes float type of a named format.
 
-    Decoded from the stored codes with :func:`decode` (exact), not with ml_dtypes' cast.
+    Decoded from the stored codes with [decode][normlab.precision.decode] (exact), not with
+    ml_dtypes' cast.
 
     Parameters
     ----------
-    a : ndarray of float32, float16, bfloat16, float8_e4m3fn, float8_e5m2, float6_e3m2fn,
+    a : numpy.ndarray
+        An array of float32, float16, bfloat16, float8_e4m3fn, float8_e5m2, float6_e3m2fn,
         float6_e2m3fn, float4_e2m1fn, float8_e8m0fnu, float8_e4m3fnuz, float8_e5m2fnuz or
-        float8_e4m3b11fnuz
+        float8_e4m3b11fnuz.
 
     Returns
     -------
-    ndarray of float32, a's shape.
+    numpy.ndarray
+        float32, a's shape.
 
     Raises
     ------
     TypeError
         Any other dtype.
 
-    Example
-    -------
+    Examples
+    --------
     >>> from_ml_dtypes(np.array([1.5], np.float16)).tolist()
     [1.5]
     """
@@ -250,16 +263,36 @@ def _storage_of(fmt: Format) -> np.dtype:
 
 @dataclass(frozen=True)
 class BitLayout:
-    """The fields of one code and how they make its value (``str()`` explains it)."""
+    """The fields of one code and how they make its value (`str()` explains it).
+
+    Attributes
+    ----------
+    fmt : Format
+        The format.
+    value : float
+        The value asked for.
+    rounded : float
+        The value of `code` (`value` rounded to `fmt`).
+    code : int
+        The code, an unsigned integer of `fmt.bits` bits.
+    sign : int
+        The sign bit (0 for unsigned formats).
+    exponent : int
+        The biased exponent field.
+    mantissa : int
+        The mantissa field.
+    kind : str
+        `"normal"`, `"subnormal"`, `"zero"`, `"inf"` or `"nan"`.
+    """
 
     fmt: Format
-    value: float  # the value asked for
-    rounded: float  # the value of ``code``
+    value: float
+    rounded: float
     code: int
     sign: int
-    exponent: int  # the biased exponent field
-    mantissa: int  # the mantissa field
-    kind: str  # "normal", "subnormal", "zero", "inf" or "nan"
+    exponent: int
+    mantissa: int
+    kind: str
 
     def __str__(self) -> str:
         f = self.fmt
@@ -295,22 +328,28 @@ class BitLayout:
 
 def bit_layout(value: Any, fmt: Format | str, *, rounding: str = "nearest",
                saturate: bool = False) -> BitLayout:
-    """Round one value to ``fmt`` and show its sign, exponent and mantissa fields.
+    """Round one value to `fmt` and show its sign, exponent and mantissa fields.
 
-    The value is rounded once from float64 with :func:`quantize` (``rounding`` and
-    ``saturate`` as there); ``str()`` of the result prints the fields and the formula
-    that makes the value (normal, subnormal, zero, inf or NaN).
+    The value is rounded once from float64 with [quantize][normlab.precision.quantize]
+    (`rounding` and `saturate` as there); `str()` of the result prints the fields and the
+    formula that makes the value (normal, subnormal, zero, inf or NaN).
 
     Parameters
     ----------
-    value : float (or a 0-d float array)
+    value : float
+        One real number (or a 0-d float array).
     fmt : Format or str
-    rounding : str, default "nearest" ("stochastic" is not accepted: it needs randomness)
+        The format, or its name.
+    rounding : str
+        A deterministic rounding mode, default `"nearest"` (`"stochastic"` is not accepted:
+        it needs randomness).
     saturate : bool
+        Overflow and infinities become +-max instead of inf/NaN.
 
     Returns
     -------
     BitLayout
+        The code and its fields; `print()` it to read them.
 
     Raises
     ------
@@ -319,8 +358,8 @@ def bit_layout(value: Any, fmt: Format | str, *, rounding: str = "nearest",
     ValueError
         The rounded value has no code (NaN in fp6/fp4), unknown format or mode.
 
-    Example
-    -------
+    Examples
+    --------
     >>> print(bit_layout(1.5, "e4m3"))  # doctest: +ELLIPSIS
     1.5 in float8_e4m3fn (E4M3, bias 7): code 0x3c = 0 0111 100
     ...

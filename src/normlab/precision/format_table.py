@@ -1,4 +1,4 @@
-"""The table of the named formats printed by ``normlab formats``."""
+"""The table of the named formats printed by `normlab formats`."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ __all__ = ["formats_table"]
 def formats_table() -> str:
     """A plain-text table of the named formats and their finfo-like constants.
 
-    Example
-    -------
+    Examples
+    --------
     >>> print(formats_table().splitlines()[0])  # doctest: +ELLIPSIS
     name ...
     """

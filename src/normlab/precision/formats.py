@@ -1,27 +1,28 @@
-"""Binary floating-point formats as data: a frozen :class:`Format` and the named instances.
+"""Binary floating-point formats as data: a frozen `Format` and the named instances.
 
-A format with ``e`` exponent bits, ``m`` mantissa bits and bias ``b`` encodes the value
+
+A format with `e` exponent bits, `m` mantissa bits and bias `b` encodes the value
 
     normal     (-1)^s * 2^(E - b) * (1 + M / 2^m)      exponent field E >= 1
     subnormal  (-1)^s * 2^(1 - b) * (M / 2^m)          exponent field E == 0
 
 The conventions that differ between formats are fields: whether the top exponent field is
-reserved for infinities and NaNs (``NanConvention.IEEE``), whether only the all-ones code of
-each sign is NaN (``NanConvention.FN``, the "finite" fp8 formats), whether the one code
-"negative zero" (sign bit alone) is the only NaN and there is no -0 (``NanConvention.FNUZ``,
+reserved for infinities and NaNs (`NanConvention.IEEE`), whether only the all-ones code of
+each sign is NaN (`NanConvention.FN`, the "finite" fp8 formats), whether the one code
+"negative zero" (sign bit alone) is the only NaN and there is no -0 (`NanConvention.FNUZ`,
 the AMD/Graphcore fp8 formats), or whether every code is a finite number
-(``NanConvention.NONE``: fp6, fp4). Whether a format has infinities is derived from that
+(`NanConvention.NONE`: fp6, fp4). Whether a format has infinities is derived from that
 convention (only IEEE has them), not stored. A format without subnormals either keeps
-exponent field 0 for zero only (flush-to-zero) or, with ``has_zero=False``, uses it as an
+exponent field 0 for zero only (flush-to-zero) or, with `has_zero=False`, uses it as an
 ordinary binade (E8M0, the OCP MX scale format: 2^-127 ... 2^127, no zero, NaN = 0xFF).
 
 References: IEEE 754-2019; Micikevicius et al., "FP8 Formats for Deep Learning" (2022);
 Noune et al., "8-bit Numerical Formats for Deep Neural Networks" (2022, the fnuz formats,
-as ml_dtypes ``float8_e4m3fnuz`` / ``float8_e5m2fnuz`` / ``float8_e4m3b11fnuz`` store them);
+as ml_dtypes `float8_e4m3fnuz` / `float8_e5m2fnuz` / `float8_e4m3b11fnuz` store them);
 OCP Microscaling Formats (MX) v1.0 (2023).
 
-Example
--------
+Examples
+--------
 >>> get_format("e4m3").max
 448.0
 """
@@ -57,10 +58,15 @@ __all__ = [
 class NanConvention(enum.Enum):
     """How a format spends codes on NaN (and infinity)."""
 
-    IEEE = "ieee"  # top exponent field: mantissa 0 is +-inf, any other mantissa is NaN
-    FN = "fn"  # no infinities; only the all-ones magnitude code of each sign is NaN
-    NONE = "none"  # no NaN and no infinity: every code is a finite number
-    FNUZ = "fnuz"  # no infinities, no -0: the code 1 << (bits - 1) ("-0") is the only NaN
+    IEEE = "ieee"
+    """The top exponent field: mantissa 0 is +-inf, any other mantissa is NaN."""
+    FN = "fn"
+    """No infinities; only the all-ones magnitude code of each sign is NaN (E4M3FN)."""
+    NONE = "none"
+    """No NaN and no infinity: every code is a finite number (fp6, fp4)."""
+    FNUZ = "fnuz"
+    """No infinities, no -0: the code `1 << (bits - 1)` ("-0") is the only NaN."""
+
 
 
 _UNSET: Any = object()
@@ -68,7 +74,7 @@ _UNSET: Any = object()
 
 @dataclass(frozen=True, init=False)
 class Format:
-    """A binary float format: sign, ``exponent_bits``, ``mantissa_bits``, bias, specials.
+    """A binary float format: sign, `exponent_bits`, `mantissa_bits`, bias, specials.
 
     Parameters
     ----------
@@ -77,31 +83,32 @@ class Format:
     exponent_bits, mantissa_bits : int
         Field widths; exponent_bits >= 1, mantissa_bits >= 0, at most 32 bits in total.
     bias : int, optional
-        Exponent bias; default ``2**(exponent_bits - 1) - 1``.
-    has_infinity : bool, optional, deprecated
-        Accepted for compatibility and checked against ``nan`` (True exactly for
-        ``nan="ieee"``); not stored: :attr:`has_infinity` is derived from ``nan``. Passing it
-        emits a DeprecationWarning.
+        Exponent bias; default `2**(exponent_bits - 1) - 1`.
+    has_infinity : bool, optional
+        Deprecated: accepted for compatibility and checked against `nan` (True exactly for
+        `nan="ieee"`); not stored: [has_infinity][normlab.precision.Format.has_infinity] is
+        derived from `nan`. Passing it emits a DeprecationWarning.
     nan : NanConvention or str
-        ``"ieee"``, ``"fn"``, ``"fnuz"`` or ``"none"``.
+        Where the specials are: `"ieee"`, `"fn"`, `"fnuz"` or `"none"` (see
+        [NanConvention][normlab.precision.NanConvention]).
     has_subnormals : bool
-        Exponent field 0 holds subnormals (``M / 2^m * 2^(1 - bias)``).
+        Exponent field 0 holds subnormals (`M / 2^m * 2^(1 - bias)`).
     signed : bool
         Whether a sign bit exists; an unsigned format maps negative inputs to NaN.
     has_zero : bool
-        False only together with ``has_subnormals=False``: exponent field 0 is then an
-        ordinary binade (E8M0). With ``has_subnormals=False, has_zero=True`` field 0 is
-        zero only and quantisation flushes results below ``min_normal`` to zero.
+        False only together with `has_subnormals=False`: exponent field 0 is then an
+        ordinary binade (E8M0). With `has_subnormals=False, has_zero=True` field 0 is
+        zero only and quantisation flushes results below `min_normal` to zero.
 
     Raises
     ------
     ValueError
-        Impossible formats: no exponent bits, more than 32 bits, IEEE specials without
-        room for them, values outside float32's range (every value must be a float32),
-        ``has_infinity`` contradicting ``nan``, an unsigned fnuz format.
+        Impossible formats: no exponent bits, more than 32 bits, IEEE specials without room for
+        them, values outside float32's range (every value must be a float32), `has_infinity`
+        contradicting `nan`, an unsigned fnuz format.
 
-    Example
-    -------
+    Examples
+    --------
     >>> Format("e4m3fnuz", 4, 3, bias=8, nan="fnuz").max
     240.0
     """
@@ -244,73 +251,80 @@ class Format:
 
     @property
     def max(self) -> float:
-        """Largest finite value: ``max_significand * 2^(emax - m)``."""
+        """Largest finite value: `max_significand * 2^(emax - m)`."""
         return float(self.max_significand * 2.0 ** (self.emax - self.mantissa_bits))
 
     @property
     def min_normal(self) -> float:
-        """Smallest positive normal value ``2^emin`` (finfo's ``tiny``)."""
+        """Smallest positive normal value `2^emin` (finfo's `tiny`)."""
         return float(2.0**self.emin)
 
     @property
     def min_subnormal(self) -> float:
-        """Smallest positive value: ``2^(emin - m)``, or ``min_normal`` without subnormals."""
+        """Smallest positive value: `2^(emin - m)`, or `min_normal` without subnormals."""
         if not self.has_subnormals:
             return self.min_normal
         return float(2.0 ** (self.emin - self.mantissa_bits))
 
     @property
     def eps(self) -> float:
-        """Gap between 1 and the next larger value: ``2^-m``."""
+        """Gap between 1 and the next larger value: `2^-m`."""
         return float(2.0**-self.mantissa_bits)
 
     def __str__(self) -> str:
         return self.name
 
 
-# Named formats. Constants as hex floats (decimal in parentheses), as ml_dtypes.finfo has them.
+# Named formats. Each docstring gives the constants as hex floats (decimal in parentheses),
+# as ml_dtypes.finfo has them.
 FLOAT32 = Format("float32", 8, 23)
-# max 0x1.fffffep+127 (3.4028235e38), min_normal 0x1p-126 (1.1754944e-38),
-# min_subnormal 0x1p-149 (1.4e-45), eps 0x1p-23 (1.1920929e-07)
+"""IEEE binary32 (E8M23): max 0x1.fffffep+127 (3.4028235e38), min_normal 0x1p-126
+(1.1754944e-38), min_subnormal 0x1p-149 (1.4e-45), eps 0x1p-23 (1.1920929e-07)."""
 BFLOAT16 = Format("bfloat16", 8, 7)
-# max 0x1.fep+127 (3.3895314e38), min_normal 0x1p-126, min_subnormal 0x1p-133 (9.18e-41),
-# eps 0x1p-7 (0.0078125)
+"""bfloat16 (E8M7, float32's range): max 0x1.fep+127 (3.3895314e38), min_normal 0x1p-126,
+min_subnormal 0x1p-133 (9.18e-41), eps 0x1p-7 (0.0078125)."""
 FLOAT16 = Format("float16", 5, 10)
-# max 0x1.ffcp+15 (65504), min_normal 0x1p-14 (6.1035156e-05),
-# min_subnormal 0x1p-24 (5.9604645e-08), eps 0x1p-10 (0.0009765625)
+"""IEEE binary16 (E5M10): max 0x1.ffcp+15 (65504), min_normal 0x1p-14 (6.1035156e-05),
+min_subnormal 0x1p-24 (5.9604645e-08), eps 0x1p-10 (0.0009765625)."""
 FLOAT8_E4M3FN = Format("float8_e4m3fn", 4, 3, nan=NanConvention.FN)
-# max 0x1.cp+8 (448), min_normal 0x1p-6 (0.015625), min_subnormal 0x1p-9 (0.001953125),
-# eps 0x1p-3 (0.125); NaN = 0x7f / 0xff, no infinity
+"""FP8 E4M3 (OCP): max 0x1.cp+8 (448), min_normal 0x1p-6 (0.015625), min_subnormal 0x1p-9
+(0.001953125), eps 0x1p-3 (0.125); NaN = 0x7f / 0xff, no infinity."""
 FLOAT8_E5M2 = Format("float8_e5m2", 5, 2)
-# max 0x1.cp+15 (57344), min_normal 0x1p-14 (6.1035156e-05),
-# min_subnormal 0x1p-16 (1.5258789e-05), eps 0x1p-2 (0.25)
+"""FP8 E5M2 (OCP, IEEE specials): max 0x1.cp+15 (57344), min_normal 0x1p-14
+(6.1035156e-05), min_subnormal 0x1p-16 (1.5258789e-05), eps 0x1p-2 (0.25)."""
 FLOAT6_E3M2FN = Format("float6_e3m2fn", 3, 2, nan=NanConvention.NONE)
-# max 0x1.cp+4 (28), min_normal 0x1p-2 (0.25), min_subnormal 0x1p-4 (0.0625), eps 0x1p-2
+"""FP6 E3M2 (OCP MX): max 0x1.cp+4 (28), min_normal 0x1p-2 (0.25), min_subnormal 0x1p-4
+(0.0625), eps 0x1p-2 (0.25); no inf or NaN."""
 FLOAT6_E2M3FN = Format("float6_e2m3fn", 2, 3, nan=NanConvention.NONE)
-# max 0x1.ep+2 (7.5), min_normal 0x1p+0 (1), min_subnormal 0x1p-3 (0.125), eps 0x1p-3
+"""FP6 E2M3 (OCP MX): max 0x1.ep+2 (7.5), min_normal 0x1p+0 (1), min_subnormal 0x1p-3
+(0.125), eps 0x1p-3 (0.125); no inf or NaN."""
 FLOAT4_E2M1FN = Format("float4_e2m1fn", 2, 1, nan=NanConvention.NONE)
-# max 0x1.8p+2 (6), min_normal 0x1p+0 (1), min_subnormal 0x1p-1 (0.5), eps 0x1p-1
+"""FP4 E2M1 (OCP MX, NVFP4 elements): max 0x1.8p+2 (6), min_normal 0x1p+0 (1),
+min_subnormal 0x1p-1 (0.5), eps 0x1p-1 (0.5); no inf or NaN."""
 FLOAT8_E8M0FNU = Format(
     "float8_e8m0fnu", 8, 0, nan=NanConvention.FN,
     has_subnormals=False, signed=False, has_zero=False,
 )
-# max 0x1p+127 (1.7014118e38), min_normal = min_subnormal 0x1p-127 (5.877472e-39),
-# eps 0x1p+0 (1); no zero, NaN = 0xff
+"""E8M0 (the OCP MX scale format, unsigned): max 0x1p+127 (1.7014118e38),
+min_normal = min_subnormal 0x1p-127 (5.877472e-39), eps 0x1p+0 (1); no zero, NaN = 0xff."""
 FLOAT8_E4M3FNUZ = Format("float8_e4m3fnuz", 4, 3, bias=8, nan=NanConvention.FNUZ)
-# max 0x1.ep+7 (240), min_normal 0x1p-7 (0.0078125), min_subnormal 0x1p-10 (0.0009765625),
-# eps 0x1p-3 (0.125); NaN = 0x80 only, no infinity, no -0
+"""FP8 E4M3 fnuz (AMD / Graphcore, bias 8): max 0x1.ep+7 (240), min_normal 0x1p-7
+(0.0078125), min_subnormal 0x1p-10 (0.0009765625), eps 0x1p-3 (0.125); NaN = 0x80 only,
+no infinity, no -0."""
 FLOAT8_E5M2FNUZ = Format("float8_e5m2fnuz", 5, 2, bias=16, nan=NanConvention.FNUZ)
-# max 0x1.cp+15 (57344), min_normal 0x1p-15 (3.0517578e-05),
-# min_subnormal 0x1p-17 (7.6293945e-06), eps 0x1p-2 (0.25); NaN = 0x80 only
+"""FP8 E5M2 fnuz (bias 16): max 0x1.cp+15 (57344), min_normal 0x1p-15 (3.0517578e-05),
+min_subnormal 0x1p-17 (7.6293945e-06), eps 0x1p-2 (0.25); NaN = 0x80 only."""
 FLOAT8_E4M3B11FNUZ = Format("float8_e4m3b11fnuz", 4, 3, bias=11, nan=NanConvention.FNUZ)
-# max 0x1.ep+4 (30), min_normal 0x1p-10 (0.0009765625), min_subnormal 0x1p-13
-# (0.00012207031), eps 0x1p-3 (0.125); NaN = 0x80 only
+"""FP8 E4M3 fnuz with bias 11 (Graphcore): max 0x1.ep+4 (30), min_normal 0x1p-10
+(0.0009765625), min_subnormal 0x1p-13 (0.00012207031), eps 0x1p-3 (0.125); NaN = 0x80
+only."""
 
 NAMED_FORMATS: tuple[Format, ...] = (
     FLOAT32, BFLOAT16, FLOAT16, FLOAT8_E4M3FN, FLOAT8_E5M2,
     FLOAT6_E3M2FN, FLOAT6_E2M3FN, FLOAT4_E2M1FN, FLOAT8_E8M0FNU,
     FLOAT8_E4M3FNUZ, FLOAT8_E5M2FNUZ, FLOAT8_E4M3B11FNUZ,
 )
+"""Every named format, in the order of the `normlab formats` table."""
 
 _ALIASES: dict[str, Format] = {name: fmt for fmt, names in (
     (FLOAT32, ("fp32", "f32", "float32", "single", "e8m23")),
@@ -347,13 +361,13 @@ def _parse_exmy(key: str) -> Format | None:
 
 
 def get_format(name_or_format: Any) -> Format:
-    """Return the :class:`Format` for a name, alias, dtype or ``Format``.
+    """Return the [Format][normlab.precision.Format] for a name, alias, dtype or `Format`.
 
-    Accepts the named formats' ml_dtypes names (``"float8_e4m3fn"``), the common aliases
-    (``bf16``, ``fp16``, ``half``, ``e4m3``, ``e5m2``, ``fp6_e3m2``, ``fp4``, ``e8m0``, ...),
-    numpy/ml_dtypes/torch dtypes of those types (torch's packed ``float4_e2m1fn_x2`` gives
-    the element format), and any ``"eXmY"`` (IEEE specials) or
-    ``"eXmYfn"`` (finite, all-ones NaN) within float32's range. Case-insensitive.
+    Accepts the named formats' ml_dtypes names (`"float8_e4m3fn"`), the common aliases
+    (`bf16`, `fp16`, `half`, `e4m3`, `e5m2`, `fp6_e3m2`, `fp4`, `e8m0`, ...),
+    numpy/ml_dtypes/torch dtypes of those types (torch's packed `float4_e2m1fn_x2` gives
+    the element format), and any `"eXmY"` (IEEE specials) or
+    `"eXmYfn"` (finite, all-ones NaN) within float32's range. Case-insensitive.
 
     Raises
     ------
@@ -362,8 +376,8 @@ def get_format(name_or_format: Any) -> Format:
     TypeError
         Neither a str, a dtype nor a Format.
 
-    Example
-    -------
+    Examples
+    --------
     >>> get_format("bf16") is BFLOAT16
     True
     """

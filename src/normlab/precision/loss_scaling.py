@@ -1,19 +1,20 @@
 """Loss scaling for low-precision gradients: dynamic (GradScaler rules) and static.
 
-Contract: ``scale_loss`` multiplies the loss by the scale; after backward, ``unscale``
+Contract: `scale_loss` multiplies the loss by the scale; after backward, `unscale`
 checks the *scaled* gradients for inf/NaN and multiplies them in place by the reciprocal
-of the scale; ``update`` adjusts the scale once per optimizer step. The optimizer step must
-be skipped when ``unscale`` reported an overflow (see :mod:`normlab.precision.mixed`).
+of the scale; `update` adjusts the scale once per optimizer step. The optimizer step must
+be skipped when `unscale` reported an overflow (see `normlab.precision.mixed`).
 
-With its defaults :class:`DynamicLossScaler` follows ``torch.amp.GradScaler`` exactly:
+With its defaults [DynamicLossScaler][normlab.precision.DynamicLossScaler] follows
+`torch.amp.GradScaler` exactly:
 
-- the scale is a float32 number; the unscale factor is ``float32(1 / float64(scale))``
+- the scale is a float32 number; the unscale factor is `float32(1 / float64(scale))`
   and is applied as a multiplication (float32 arithmetic for float32 and narrower
   gradients, float64 for float64 gradients), skipped when it equals 1;
-- ``update(found_inf)``: an overflow multiplies the scale once by ``backoff_factor``
+- `update(found_inf)`: an overflow multiplies the scale once by `backoff_factor`
   (product taken in float64, rounded to float32) and zeroes the growth tracker; a clean
-  step increments the tracker, and when it reaches ``growth_interval`` the candidate
-  ``float32(scale * growth_factor)`` is accepted only if finite, and the tracker is
+  step increments the tracker, and when it reaches `growth_interval` the candidate
+  `float32(scale * growth_factor)` is accepted only if finite, and the tracker is
   zeroed whether or not it was accepted.
 
 Micikevicius et al., "Mixed Precision Training", ICLR 2018 (loss scaling).
@@ -64,20 +65,29 @@ class _LossScaler:
 
     @property
     def inv_scale(self) -> float:
-        """float32(1 / float64(scale)): the factor ``unscale`` multiplies by."""
+        """float32(1 / float64(scale)): the factor `unscale` multiplies by."""
         return inv(self._scale)
 
     def scale_loss(self, loss: Any) -> Any:
-        """``loss * scale`` in float32 arithmetic (float64 for float64), in loss's dtype."""
+        """`loss * scale` in float32 arithmetic (float64 for float64), in loss's dtype."""
         return scale_loss(loss, self._scale)
 
     def unscale(self, grads: Any) -> bool:
         """Check the scaled gradients for inf/NaN, then multiply them in place by inv_scale.
 
-        ``grads``: an ndarray, a sequence of ndarrays (``None`` entries skipped) or a
-        mapping whose values are those. Every array is multiplied, even on overflow (the
-        step is skipped anyway). Returns True when any value was inf or NaN; the result is
-        also recorded for an ``update()`` called without ``found_inf``.
+        Every array is multiplied, even on overflow (the step is skipped anyway). The result
+        is also recorded for an `update()` called without `found_inf`.
+
+        Parameters
+        ----------
+        grads : numpy.ndarray, sequence or mapping
+            An ndarray, a sequence of ndarrays (`None` entries skipped) or a mapping whose
+            values are those; multiplied in place.
+
+        Returns
+        -------
+        bool
+            True when any value was inf or NaN.
         """
         arrays = collect_grads(grads)
         found = found_inf(arrays)
@@ -99,35 +109,49 @@ class _LossScaler:
 
 
 class DynamicLossScaler(_LossScaler):
-    """Dynamic loss scaling with ``torch.amp.GradScaler``'s update rules.
+    """Dynamic loss scaling with `torch.amp.GradScaler`'s update rules.
 
-    ``scale <- scale * backoff_factor`` on an overflowing step (skip the optimizer step),
-    ``scale <- scale * growth_factor`` after ``growth_interval`` consecutive clean steps.
-    Micikevicius et al. 2018; hysteresis as in Megatron-LM's ``DynamicGradScaler``.
+    `scale <- scale * backoff_factor` on an overflowing step (skip the optimizer step),
+    `scale <- scale * growth_factor` after `growth_interval` consecutive clean steps.
+    Micikevicius et al. 2018; hysteresis as in Megatron-LM's `DynamicGradScaler`.
 
     Parameters
     ----------
-    init_scale: the starting scale, held as float32 (must stay finite and > 0 there).
-    growth_factor: > 1. backoff_factor: in (0, 1). growth_interval: integer >= 1.
-    hysteresis: integer >= 1 (default 1: GradScaler's behaviour). A counter starts at
-        ``hysteresis``; every overflowing update zeroes the growth tracker and decrements
-        the counter, and the scale backs off only when the counter is <= 0. The counter is
-        restored to ``hysteresis`` when the scale grows (the growth tracker reaching
-        ``growth_interval``), not by a single clean step: so the first backoff comes on
-        the ``hysteresis``-th overflow since the start or the last growth, and from then on
+    init_scale : float
+        The starting scale, held as float32 (must stay finite and > 0 there).
+    growth_factor : float
+        The scale is multiplied by it (> 1) after `growth_interval` clean steps.
+    backoff_factor : float
+        The scale is multiplied by it (in (0, 1)) on an overflow.
+    growth_interval : int
+        The number (>= 1) of consecutive clean steps before the scale grows.
+    hysteresis : int
+        Overflows before a backoff, >= 1 (default 1: GradScaler's behaviour). A counter
+        starts at `hysteresis`; every overflowing update zeroes the growth tracker and
+        decrements the counter, and the scale backs off only when the counter is <= 0.
+        The counter is restored to `hysteresis` when the scale grows (the growth tracker
+        reaching `growth_interval`), not by a single clean step: so the first backoff comes
+        on the `hysteresis`-th overflow since the start or the last growth, and from then on
         every overflow backs off until the next growth. This is Megatron-LM's
-        ``DynamicGradScaler`` code (its docstring says "consecutive", but a clean step does
+        `DynamicGradScaler` code (its docstring says "consecutive", but a clean step does
         not restore the counter); apex/NeMo's fused hysteresis kernel restores it on every
         clean step instead. Growth keeps GradScaler's finite-in-float32 check.
-    min_scale: optional floor, 0 < min_scale <= init_scale: a backoff never takes the
-        scale below ``float32(min_scale)`` (None: no floor, as in GradScaler).
+    min_scale : float, optional
+        A floor, 0 < min_scale <= init_scale: a backoff never takes the scale below
+        `float32(min_scale)` (None: no floor, as in GradScaler).
+
+    Attributes
+    ----------
+    growth_factor, backoff_factor, growth_interval, hysteresis, min_scale
+        The settings, as given (`min_scale` rounded to float32).
 
     Raises
     ------
-    ValueError / TypeError on bad parameters; nothing is created.
+    ValueError, TypeError
+        On bad parameters; nothing is created.
 
-    Example
-    -------
+    Examples
+    --------
     >>> s = DynamicLossScaler(init_scale=8.0, growth_interval=2)
     >>> s.update(True); s.scale
     4.0
@@ -156,17 +180,20 @@ class DynamicLossScaler(_LossScaler):
     def update(self, found_inf: Any = None, *, new_scale: Any = None) -> None:
         """Adjust the scale after one optimizer step (one backoff at most per call).
 
-        ``found_inf``: a bool, 0 or 1 (or a 1-element array of one); None uses what
-        ``unscale`` found since the last update (GradScaler's ``update()``).
+        Parameters
+        ----------
+        found_inf : bool, optional
+            A bool, 0 or 1 (or a 1-element array of one); None uses what `unscale` found
+            since the last update (GradScaler's `update()`).
+        new_scale : float, optional
+            GradScaler's `update(new_scale)`: a number or a 1-element float array that
+            becomes the scale (rounded to float32); the growth and hysteresis trackers are
+            kept and what `unscale` recorded is dropped, as in torch. It must be finite, >= 0
+            and not below `min_scale`; it cannot be combined with `found_inf`. Keyword-only,
+            because `update(x)` passes a found_inf flag here.
 
-        ``new_scale``: GradScaler's ``update(new_scale)``: a number or a 1-element float
-        array that becomes the scale (rounded to float32); the growth and hysteresis
-        trackers are kept and what ``unscale`` recorded is dropped, as in torch. It must be
-        finite, >= 0 and not below ``min_scale``; it cannot be combined with ``found_inf``.
-        Keyword-only, because ``update(x)`` passes a found_inf flag here.
-
-        Example
-        -------
+        Examples
+        --------
         >>> s = DynamicLossScaler(8.0); s.update(new_scale=np.array([2.0**10])); s.scale
         1024.0
         """
@@ -202,10 +229,11 @@ class DynamicLossScaler(_LossScaler):
             self._growth_tracker = successful
 
     def state_dict(self) -> dict[str, Any]:
-        """GradScaler's keys (scale, growth_factor, backoff_factor, growth_interval,
-        _growth_tracker) plus hysteresis, _hysteresis_tracker and (when set) min_scale.
+        """The scaler's state: GradScaler's keys plus normlab's.
 
-        Python scalars only, so ``np.savez(f, **scaler.state_dict())`` works.
+        GradScaler's keys (scale, growth_factor, backoff_factor, growth_interval,
+        _growth_tracker) plus hysteresis, _hysteresis_tracker and (when set) min_scale.
+        Python scalars only, so `np.savez(f, **scaler.state_dict())` works.
         """
         state: dict[str, Any] = {
             "scale": self._scale,
@@ -221,11 +249,11 @@ class DynamicLossScaler(_LossScaler):
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore from :meth:`state_dict` or from ``torch.amp.GradScaler.state_dict()``.
+        """Restore from `state_dict` or from `torch.amp.GradScaler.state_dict()`.
 
-        Values may be Python scalars or 0-d arrays (``np.load``). A scale of 0.0 (reached
+        Values may be Python scalars or 0-d arrays (`np.load`). A scale of 0.0 (reached
         by backoff underflow) is accepted, as torch does. A GradScaler dict (no
-        ``hysteresis`` key) keeps this scaler's hysteresis and min_scale settings and
+        `hysteresis` key) keeps this scaler's hysteresis and min_scale settings and
         restores the hysteresis counter to full; in a normlab dict a missing min_scale
         means no floor. Everything is validated (min_scale <= scale, tracker <
         growth_interval, ...) before anything is assigned, so a rejected state changes
@@ -233,7 +261,8 @@ class DynamicLossScaler(_LossScaler):
 
         Raises
         ------
-        TypeError / ValueError naming the offending key.
+        TypeError, ValueError
+            Naming the offending key.
         """
         check_state_keys(state, _TORCH_KEYS, _TORCH_KEYS + _EXTRA_KEYS, "DynamicLossScaler")
         scale = as_f32_scale(state["scale"], "state['scale']", allow_zero=True)
@@ -272,12 +301,17 @@ class DynamicLossScaler(_LossScaler):
 
 
 class StaticLossScaler(_LossScaler):
-    """A fixed loss scale: same interface as :class:`DynamicLossScaler`, ``update`` is a no-op.
+    """A fixed loss scale: same interface as `DynamicLossScaler`, `update` is a no-op.
 
-    ``unscale`` still reports inf/NaN so the caller can skip the step.
+    `unscale` still reports inf/NaN so the caller can skip the step.
 
-    Example
-    -------
+    Parameters
+    ----------
+    scale : float
+        The scale, held as float32 (finite and > 0 there).
+
+    Examples
+    --------
     >>> StaticLossScaler(128.0).scale_loss(0.5)
     64.0
     """
@@ -286,18 +320,18 @@ class StaticLossScaler(_LossScaler):
         self._scale = as_f32_scale(scale, "scale")
 
     def update(self, found_inf: Any = None) -> None:
-        """Validates ``found_inf`` and changes nothing (the scale is static)."""
+        """Validates `found_inf` and changes nothing (the scale is static)."""
         self._take_found_inf(found_inf)
 
     def state_dict(self) -> dict[str, Any]:
-        """``{"scale": scale}``."""
+        """`{"scale": scale}`."""
         return {"scale": self._scale}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore the scale from :meth:`state_dict` (a Python float or a 0-d array).
+        """Restore the scale from `state_dict` (a Python float or a 0-d array).
 
         A dynamic scaler's state (GradScaler keys) is refused: load it into
-        :class:`DynamicLossScaler`. Nothing changes on error.
+        [DynamicLossScaler][normlab.precision.DynamicLossScaler]. Nothing changes on error.
         """
         check_state_keys(state, ("scale",), ("scale",), "StaticLossScaler")
         self._scale = as_f32_scale(state["scale"], "state['scale']")

@@ -1,9 +1,10 @@
 """Weights held in a low-precision format itself, updated without a master copy.
 
-Contract: :class:`LowPrecisionUpdater` rounds ``w + delta`` back to its format after every
-update (the comparison for fp32 master weights, :mod:`normlab.precision.mixed`). The Kahan
-mode keeps one compensation buffer per weight array, numbered in the order the arrays were
-first passed to ``apply``; ``state_dict`` / ``load_state_dict`` save and restore them.
+Contract: [LowPrecisionUpdater][normlab.precision.LowPrecisionUpdater] rounds `w + delta` back
+to its format after every update (the comparison for fp32 master weights,
+`normlab.precision.mixed`). The Kahan mode keeps one compensation buffer per weight array,
+numbered in the order the arrays were first passed to `apply`; `state_dict` / `load_state_dict`
+save and restore them.
 
 Zamirai et al., "Revisiting BFloat16 Training", 2020 (stochastic rounding, Kahan updates).
 """
@@ -32,16 +33,34 @@ _UPDATE_MODES = ("nearest", "stochastic", "kahan")
 
 
 class LowPrecisionUpdater:
-    """Update weights stored in ``fmt`` itself (no master copy): ``w <- round(w + delta)``.
+    """Update weights stored in `fmt` itself (no master copy): `w <- round(w + delta)`.
 
-    Modes: ``"nearest"`` (ties to even: updates below half an ulp of w are lost),
-    ``"stochastic"`` (unbiased: E[round(w + d)] = w + d; needs ``rng``), ``"kahan"``
-    (compensated: ``y = d - c; s = w + y; c = (s - w) - y; w = s``, every operation rounded
-    to fmt and the compensation ``c`` stored in fmt, one buffer per weight array;
-    Zamirai et al. 2020). ``w + delta`` is formed in float64 and rounded once.
+    Modes: `"nearest"` (ties to even: updates below half an ulp of w are lost),
+    `"stochastic"` (unbiased: E[round(w + d)] = w + d; needs `rng`), `"kahan"`
+    (compensated: `y = d - c; s = w + y; c = (s - w) - y; w = s`, every operation rounded
+    to fmt and the compensation `c` stored in fmt, one buffer per weight array;
+    Zamirai et al. 2020). `w + delta` is formed in float64 and rounded once.
 
-    Example
-    -------
+    Parameters
+    ----------
+    fmt : Format or str
+        The storage format of the weights.
+    mode : {"nearest", "stochastic", "kahan"}
+        How each update is rounded (see above).
+    rng : numpy.random.Generator, optional
+        The randomness of `"stochastic"` (required there).
+
+    Attributes
+    ----------
+    fmt : Format
+        The storage format.
+    mode : str
+        The rounding mode.
+    rng : numpy.random.Generator or None
+        The randomness of `"stochastic"`.
+
+    Examples
+    --------
     >>> w = np.ones(1, np.float32); up = LowPrecisionUpdater("bf16", "kahan")
     >>> for _ in range(8): up.apply(w, np.full(1, 2.0**-10, np.float32))
     >>> w.tolist()  # round-to-nearest would have stayed at 1.0
@@ -64,9 +83,10 @@ class LowPrecisionUpdater:
         return quantize(x, self.fmt, rounding=rounding, rng=self.rng)
 
     def compensation(self, weights: np.ndarray) -> np.ndarray:
-        """The Kahan compensation buffer of ``weights`` (zeros before the first update).
+        """The Kahan compensation buffer of `weights` (zeros before the first update).
 
-        A new array takes the next buffer loaded by :meth:`load_state_dict`, if any (its
+        A new array takes the next buffer loaded by
+        [load_state_dict][normlab.precision.LowPrecisionUpdater.load_state_dict], if any (its
         shape must match).
         """
         entry = self._comp.get(id(weights))
@@ -82,7 +102,7 @@ class LowPrecisionUpdater:
         return comp
 
     def apply(self, weights: np.ndarray, delta: Any) -> None:
-        """``weights <- round(weights + delta)`` in place (weights hold values of fmt)."""
+        """`weights <- round(weights + delta)` in place (weights hold values of fmt)."""
         if not isinstance(weights, np.ndarray):
             raise TypeError(f"weights must be an ndarray (updated in place); got {type(weights)}")
         w = as_float_array(weights, "weights")
@@ -101,7 +121,7 @@ class LowPrecisionUpdater:
         weights[...] = new.astype(weights.dtype)
 
     def state_dict(self) -> dict[str, Any]:
-        """``{"mode", "format", "compensation.k": float64 buffer k}`` (copies, flat).
+        """`{"mode", "format", "compensation.k": float64 buffer k}` (copies, flat).
 
         Buffers are numbered in the order their arrays were first updated; buffers loaded
         but not yet bound keep their numbers after the bound ones.
@@ -114,16 +134,18 @@ class LowPrecisionUpdater:
 
     def load_state_dict(self, state: Mapping[str, Any],
                         weights: Sequence[np.ndarray] | None = None) -> None:
-        """Restore the compensation buffers of :meth:`state_dict`.
+        """Restore the compensation buffers of `state_dict`.
 
-        ``weights``: the arrays the buffers belong to, in their numbering order (checked
-        now); without it, buffer k goes to the k-th new array passed to :meth:`apply`
-        (checked then), which is the order of an identical training loop. Mode and format
-        must match this updater's. Everything is checked before anything is replaced.
+        `weights`: the arrays the buffers belong to, in their numbering order (checked now);
+        without it, buffer k goes to the k-th new array passed to
+        [apply][normlab.precision.LowPrecisionUpdater.apply] (checked then), which is the order
+        of an identical training loop. Mode and format must match this updater's. Everything is
+        checked before anything is replaced.
 
         Raises
         ------
-        TypeError / ValueError on a missing, unexpected or mismatching entry.
+        TypeError, ValueError
+            on a missing, unexpected or mismatching entry.
         """
         check_mapping(state, "state", "a LowPrecisionUpdater state dict")
         for key, mine in (("mode", self.mode), ("format", self.fmt.name)):

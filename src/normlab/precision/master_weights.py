@@ -1,9 +1,9 @@
 """float32 master weights and the low-precision working copy the model computes with.
 
-Contract: :class:`MasterWeights` owns a float32 master per parameter (the optimizer updates
-those) and writes ``quantize(master, fmt)`` into each parameter's ``.data``; it notices a
-replaced ``.data`` array (a module load) before it writes again, and its state dict restores
-masters and working values exactly. Micikevicius et al., "Mixed Precision Training",
+Contract: [MasterWeights][normlab.precision.MasterWeights] owns a float32 master per parameter
+(the optimizer updates those) and writes `quantize(master, fmt)` into each parameter's `.data`;
+it notices a replaced `.data` array (a module load) before it writes again, and its state dict
+restores masters and working values exactly. Micikevicius et al., "Mixed Precision Training",
 ICLR 2018.
 """
 
@@ -31,7 +31,7 @@ __all__ = ["MasterWeights"]
 
 
 class _Master:
-    """A float32 master parameter: ``.data`` and ``.grad`` like any optimizer parameter."""
+    """A float32 master parameter: `.data` and `.grad` like any optimizer parameter."""
 
     def __init__(self, data: np.ndarray) -> None:
         self.data = data
@@ -42,35 +42,55 @@ class _Master:
 
 
 class MasterWeights:
-    """float32 masters for ``params`` and their working copy rounded to ``fmt``.
+    """float32 masters for `params` and their working copy rounded to `fmt`.
 
-    ``working = quantize(master, fmt)``, written into each ``param.data`` (in its own dtype,
+    `working = quantize(master, fmt)`, written into each `param.data` (in its own dtype,
     which must hold fmt's values: float32 holds every format up to float32). Build the
-    optimizer on :attr:`masters` (``AdamW(mw.masters)``), never on the working parameters.
+    optimizer on `masters` (`AdamW(mw.masters)`), never on the working parameters.
 
     Parameters
     ----------
-    params: objects with ``.data`` (float ndarray, any byte order) and ``.grad``.
-    fmt: a :class:`Format` or a name (``"bf16"``, ``"fp16"``, ``"e4m3"``, ...).
-    rounding: how the working copy is rounded (``"nearest"`` default, or ``"stochastic"``
-        with ``rng``). saturate: passed to ``quantize`` (fp8 without inf: clip to max).
+    params : iterable
+        Objects with `.data` (float ndarray, any byte order) and `.grad`: the model's
+        parameters.
+    fmt : Format or str
+        The working format: a [Format][normlab.precision.Format] or a name (`"bf16"`,
+        `"fp16"`, `"e4m3"`, ...).
+    rounding : str
+        How the working copy is rounded: `"nearest"` (default) or `"stochastic"` (with
+        `rng`).
+    saturate : bool
+        Passed to `quantize` (fp8 without inf: clip to max).
+    rng : numpy.random.Generator, optional
+        The randomness of stochastic rounding.
 
     Attributes
     ----------
-    masters: the float32 master parameters (``.data``, ``.grad``), one per param.
-    working: the caller's parameters, in the order given.
+    masters : list
+        The float32 master parameters (objects with `.data` and `.grad`), one per param.
+    working : list
+        The caller's parameters, in the order given.
+    fmt : Format
+        The working format.
+    rounding : str
+        The rounding mode of the working copy.
+    saturate : bool
+        Whether the working copy saturates at the format's max.
+    rng : numpy.random.Generator or None
+        The randomness of stochastic rounding.
 
     Notes
     -----
-    A parameter whose ``.data`` array is *replaced* (``Module.load_state_dict`` does so) is
+    A parameter whose `.data` array is *replaced* (`Module.load_state_dict` does so) is
     seen before the next step, refresh or state_dict: when the new values differ from what
     was last written, its master is re-read from them (so a loaded model is never
     overwritten by stale masters); when they are equal (a module checkpoint of the same
-    run) the float32 master is kept. Values written *in place* into ``.data`` are not
-    seen; call :meth:`sync` with ``force=True`` after such a write.
+    run) the float32 master is kept. Values written *in place* into `.data` are not
+    seen; call [sync][normlab.precision.MasterWeights.sync] with `force=True` after such a
+    write.
 
-    Example
-    -------
+    Examples
+    --------
     >>> import types
     >>> p = types.SimpleNamespace(data=np.array([1 + 2**-10], np.float32), grad=None)
     >>> mw = MasterWeights([p], "bf16"); p.data.tolist(), mw.masters[0].data.tolist()
@@ -110,7 +130,7 @@ class MasterWeights:
 
     @property
     def params(self) -> list[_Master]:
-        """Deprecated alias of :attr:`masters` (the name said "params" but held the masters)."""
+        """Deprecated alias of `masters` (the name said "params" but held the masters)."""
         warnings.warn("MasterWeights.params is deprecated; use MasterWeights.masters (the "
                       "float32 masters; .working holds your parameters)",
                       DeprecationWarning, stacklevel=2)
@@ -119,7 +139,7 @@ class MasterWeights:
     def sync(self, *, force: bool = False) -> None:
         """Re-read masters from working weights that changed outside (see Notes).
 
-        With ``force=True`` every master is re-read from its working values.
+        With `force=True` every master is re-read from its working values.
         """
         force = check_bool(force, "force")
         replaced = []
@@ -138,7 +158,7 @@ class MasterWeights:
             self._written[i] = data
 
     def refresh(self) -> None:
-        """Write ``quantize(master, fmt)`` into every working ``.data`` (before a forward)."""
+        """Write `quantize(master, fmt)` into every working `.data` (before a forward)."""
         self.sync()
         self._check_writeable()
         self._write([
@@ -164,18 +184,18 @@ class MasterWeights:
         ]
 
     def copy_grads_to_masters(self) -> None:
-        """``master.grad = float32(working.grad)`` (None stays None), after :meth:`sync`."""
+        """`master.grad = float32(working.grad)` (None stays None), after `sync`."""
         grads = self.grads()
         self.sync()
         for g, m in zip(grads, self.masters, strict=True):
             m.grad = None if g is None else g.astype(np.float32)
 
     def state_dict(self) -> dict[str, np.ndarray]:
-        """``{"masters.i": float32 master, "working.i": float32 working values}``, copies.
+        """`{"masters.i": float32 master, "working.i": float32 working values}`, copies.
 
         The working values are kept so that loading restores them exactly, without
         rounding again (stochastic rounding would draw new random numbers). Flat, so
-        ``np.savez(f, **mw.state_dict())`` works.
+        `np.savez(f, **mw.state_dict())` works.
         """
         self.sync()
         state: dict[str, np.ndarray] = {}
@@ -185,12 +205,12 @@ class MasterWeights:
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore masters and working values from :meth:`state_dict` (checked first).
+        """Restore masters and working values from `state_dict` (checked first).
 
         Raises
         ------
-        TypeError / ValueError on a missing or unexpected key or a wrong shape; nothing
-        changes then.
+        TypeError, ValueError
+            On a missing or unexpected key or a wrong shape; nothing changes then.
         """
         check_mapping(state, "state", "a MasterWeights state dict")
         n = len(self.masters)

@@ -1,10 +1,10 @@
 """A matrix product with low-precision inputs and an optionally low-precision accumulator.
 
-Contract: ``lowp_matmul(a, b, input_format=fmt)`` rounds both inputs to ``fmt``, forms every
+Contract: `lowp_matmul(a, b, input_format=fmt)` rounds both inputs to `fmt`, forms every
 product in float32 and accumulates them in float32 in the order k = 0, 1, ..., K-1 (a
 sequential sum, the worst case for rounding-error growth, not numpy's pairwise/BLAS
-order). With ``accumulate_format`` the running sum is rounded to that format after every
-``chunk`` additions (and once more after the last term), which exposes accumulation
+order). With `accumulate_format` the running sum is rounded to that format after every
+`chunk` additions (and once more after the last term), which exposes accumulation
 error: chunk=1 models an accumulator held in the format; chunk=c models partial sums
 kept in float32 for c terms between roundings. Vectorised over the (M, N) output; the
 Python loop runs over k only.
@@ -49,33 +49,42 @@ def lowp_matmul(
     saturate: bool = False,
     rng: np.random.Generator | None = None,
 ) -> np.ndarray:
-    """``C = round_in(a) @ round_in(b)`` with float32 products and a controlled accumulator.
+    """`C = round_in(a) @ round_in(b)` with float32 products and a controlled accumulator.
 
-    ``acc_0 = 0; acc_k = acc_{k-1} + a[:, k] * b[k, :]`` in float32; with
-    ``accumulate_format``, ``acc <- round_acc(acc)`` after additions c, 2c, ... and after
+    `acc_0 = 0; acc_k = acc_{k-1} + a[:, k] * b[k, :]` in float32; with
+    `accumulate_format`, `acc <- round_acc(acc)` after additions c, 2c, ... and after
     the last one (c = chunk, default 1).
 
     Parameters
     ----------
-    a: (M, K) or (K,) float array. b: (K, N) or (K,) float array (numpy matmul shapes);
-        float64 of either byte order is rounded once from float64, other dtypes go
-        through float32.
-    input_format: format both inputs are rounded to (e.g. ``"bf16"``, ``"e4m3"``).
-    accumulate_format: format of the accumulator, or None for float32 accumulation.
-    chunk: additions between accumulator roundings (integer >= 1); needs accumulate_format.
-    rounding: rounding mode for the inputs and the accumulator (``"stochastic"`` needs rng).
-    saturate: inputs beyond the format's range become +-max instead of inf/NaN.
+    a, b : numpy.ndarray
+        (M, K) or (K,), and (K, N) or (K,) float arrays (numpy matmul shapes); float64 of
+        either byte order is rounded once from float64, other dtypes go through float32.
+    input_format : Format or str
+        The format both inputs are rounded to (e.g. `"bf16"`, `"e4m3"`).
+    accumulate_format : Format or str, optional
+        The format of the accumulator, or None for float32 accumulation.
+    chunk : int, optional
+        Additions between accumulator roundings (>= 1); needs `accumulate_format`.
+    rounding : str
+        Rounding mode for the inputs and the accumulator (`"stochastic"` needs `rng`).
+    saturate : bool
+        Inputs beyond the format's range become +-max instead of inf/NaN.
+    rng : numpy.random.Generator, optional
+        The randomness of stochastic rounding.
 
     Returns
     -------
-    float32 array of shape (M, N), (M,), (N,) or () following numpy's matmul rules.
+    numpy.ndarray
+        float32, of shape (M, N), (M,), (N,) or () following numpy's matmul rules.
 
     Raises
     ------
-    TypeError / ValueError: non-float inputs, bad shapes, chunk without accumulate_format.
+    TypeError, ValueError
+        Non-float inputs, bad shapes, chunk without accumulate_format.
 
-    Example
-    -------
+    Examples
+    --------
     >>> a = np.ones((1, 4), np.float32); b = np.full((4, 1), 1 + 2.0**-9, np.float32)
     >>> lowp_matmul(a, b, input_format="fp32", accumulate_format="bf16").item()
     4.0

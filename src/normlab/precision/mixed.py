@@ -1,13 +1,14 @@
 """Mixed-precision training: fp32 master weights, the guarded step, low-precision updates.
 
-Contract: :class:`MasterWeights` keeps a float32 master copy of each parameter and writes
-``quantize(master, fmt)`` into the parameter's ``.data`` (the working copy the forward and
-backward passes use). :func:`mixed_precision_step` is the order every mixed-precision loop
-needs: unscale (and check) the gradients, skip the step on overflow (only the scaler
-changes), clip the *unscaled* gradient norm, step the optimizer on the masters, refresh the
-working copy. :class:`LowPrecisionUpdater` is the comparison without masters: weights held
-in the format itself, updated by round-to-nearest, stochastic rounding or Kahan summation.
-Both classes live in their own files (``master_weights.py``, ``lowp_update.py``) and are
+Contract: [MasterWeights][normlab.precision.MasterWeights] keeps a float32 master copy of each
+parameter and writes `quantize(master, fmt)` into the parameter's `.data` (the working copy the
+forward and backward passes use). [mixed_precision_step][normlab.precision.mixed_precision_step]
+is the order every mixed-precision loop needs: unscale (and check) the gradients, skip the step
+on overflow (only the scaler changes), clip the *unscaled* gradient norm, step the optimizer on
+the masters, refresh the working copy.
+[LowPrecisionUpdater][normlab.precision.LowPrecisionUpdater] is the comparison without masters:
+weights held in the format itself, updated by round-to-nearest, stochastic rounding or Kahan
+summation. Both classes live in their own files (`master_weights.py`, `lowp_update.py`) and are
 re-exported here.
 
 Micikevicius et al., "Mixed Precision Training", ICLR 2018 (master weights, loss scaling);
@@ -43,18 +44,31 @@ __all__ = [
 
 def clip_grad_norm(grads: Sequence[np.ndarray | None], max_norm: float, *,
                    eps: float = 1e-6) -> float:
-    """Scale the gradients in place so that their global L2 norm is at most ``max_norm``.
+    """Scale the gradients in place so that their global L2 norm is at most `max_norm`.
 
-    ``total = sqrt(sum ||g||^2)`` (in float64), ``coef = min(1, max_norm / (total + eps))``,
-    ``g <- g * coef``: ``torch.nn.utils.clip_grad_norm_``'s rule. A non-finite total makes
+    `total = sqrt(sum ||g||^2)` (in float64), `coef = min(1, max_norm / (total + eps))`,
+    `g <- g * coef`: `torch.nn.utils.clip_grad_norm_`'s rule. A non-finite total makes
     the gradients non-finite (they should have been caught by the loss scaler).
 
-    Returns the total norm before clipping.
+    Parameters
+    ----------
+    grads : sequence of numpy.ndarray or None
+        The gradients, scaled in place (None entries are skipped).
+    max_norm : float
+        The largest global norm, > 0.
+    eps : float
+        Added to the norm in the divisor, >= 0.
+
+    Returns
+    -------
+    float
+        The total norm before clipping.
 
     Raises
     ------
-    TypeError / ValueError: max_norm not > 0, eps not >= 0, an entry that is not a
-    writeable float ndarray (checked for every entry before any is scaled).
+    TypeError, ValueError
+        max_norm not > 0, eps not >= 0, an entry that is not a writeable float ndarray
+        (checked for every entry before any is scaled).
     """
     mx = check_positive(max_norm, "max_norm")
     eps = check_nonneg(eps, "eps")
@@ -73,7 +87,17 @@ def clip_grad_norm(grads: Sequence[np.ndarray | None], max_norm: float, *,
 
 @dataclass(frozen=True)
 class StepResult:
-    """What :func:`mixed_precision_step` did: skipped?, grad norm (unscaled), new scale."""
+    """What `mixed_precision_step` did.
+
+    Attributes
+    ----------
+    skipped : bool
+        True when the scaled gradients overflowed and the step was skipped.
+    grad_norm : float or None
+        The unscaled gradient norm before clipping (None when skipped or not clipped).
+    scale : float
+        The loss scale after the scaler's update.
+    """
 
     skipped: bool
     grad_norm: float | None
@@ -83,22 +107,38 @@ class StepResult:
 def mixed_precision_step(
     master: MasterWeights, optimizer: Any, scaler: Any, *, max_norm: float | None = None
 ) -> StepResult:
-    """One guarded mixed-precision update after ``backward`` on a scaled loss.
+    """One guarded mixed-precision update after `backward` on a scaled loss.
 
-    1. ``found_inf = scaler.unscale(working grads)`` (checks the scaled gradients, then
-       divides them by the scale in place); 2. on overflow: ``scaler.update(True)`` and
-       return, masters, optimizer state and working weights untouched; 3. copy the grads to
-       the float32 masters; 4. clip their norm (after unscaling, so ``max_norm`` means the
-       true gradient norm); 5. ``optimizer.step()`` (built on ``master.masters``);
-       6. ``scaler.update(False)``; 7. ``master.refresh()``.
+    1. `found_inf = scaler.unscale(working grads)` (checks the scaled gradients, then
+       divides them by the scale in place);
+    2. on overflow: `scaler.update(True)` and return, masters, optimizer state and working
+       weights untouched;
+    3. copy the grads to the float32 masters;
+    4. clip their norm (after unscaling, so `max_norm` means the true gradient norm);
+    5. `optimizer.step()` (built on `master.masters`);
+    6. `scaler.update(False)`;
+    7. `master.refresh()`.
 
     Parameters
     ----------
-    master: the :class:`MasterWeights`. optimizer: e.g. ``AdamW(master.masters)``.
-    scaler: a Dynamic/StaticLossScaler. max_norm: clip threshold, or None for no clipping.
+    master : MasterWeights
+        The float32 masters and the working copy
+        ([MasterWeights][normlab.precision.MasterWeights]).
+    optimizer
+        An optimizer built on `master.masters`, e.g. `AdamW(master.masters)`.
+    scaler
+        A [DynamicLossScaler][normlab.precision.DynamicLossScaler] or
+        [StaticLossScaler][normlab.precision.StaticLossScaler].
+    max_norm : float, optional
+        Clip threshold of the unscaled gradient norm, or None for no clipping.
 
-    Example
+    Returns
     -------
+    StepResult
+        Whether the step was skipped, the gradient norm and the new scale.
+
+    Examples
+    --------
     >>> from normlab.nn.optim import SGD
     >>> from normlab.precision.loss_scaling import DynamicLossScaler
     >>> import types; p = types.SimpleNamespace(data=np.ones(2, np.float32), grad=None)

@@ -2,10 +2,10 @@
 
 Dimension letters: N elements (the flattened C-order index of the array being rounded).
 
-Contract: the word of element ``i`` depends only on ``(seed, i)``, never on the order in
+Contract: the word of element `i` depends only on `(seed, i)`, never on the order in
 which elements are visited, so a threaded kernel reproduces the NumPy reference bit for bit
 whatever its thread count. The formula (all arithmetic on uint64, wrapping mod 2^64) is the
-first output of a SplitMix64 generator whose state is ``seed + i``:
+first output of a SplitMix64 generator whose state is `seed + i`:
 
     z = seed + i + 0x9E3779B97F4A7C15
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
@@ -15,10 +15,11 @@ first output of a SplitMix64 generator whose state is ``seed + i``:
 Reference: Steele, Lea and Flood, "Fast Splittable Pseudorandom Number Generators"
 (OOPSLA 2014); the finaliser constants are Stafford's "Mix13" variant.
 
-Sources of randomness of a stochastic rounding call (:func:`stochastic_source`): exactly
-one of ``seed`` (an int in [0, 2^64): w_i = splitmix64((seed + i) mod 2^64)), ``rng`` (a
-Generator: one draw ``rng.integers(0, 2**63)`` becomes the seed) or ``random_bits`` (the
-words themselves, uint64, one per element).
+Sources of randomness of a stochastic rounding call
+([stochastic_source][normlab.precision.random_bits.stochastic_source]): exactly one of `seed`
+(an int in [0, 2^64): w_i = splitmix64((seed + i) mod 2^64)), `rng` (a Generator: one draw
+`rng.integers(0, 2**63)` becomes the seed) or `random_bits` (the words themselves, uint64, one
+per element).
 """
 
 from __future__ import annotations
@@ -32,23 +33,26 @@ from normlab._validate import check_generator
 __all__ = ["GOLDEN_GAMMA", "check_seed", "splitmix64", "stochastic_source", "stochastic_words"]
 
 GOLDEN_GAMMA = 0x9E3779B97F4A7C15
+"""SplitMix64's state increment, 2^64 divided by the golden ratio (odd)."""
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
 
 
 def splitmix64(counter: np.ndarray) -> np.ndarray:
-    """The SplitMix64 output for each uint64 state in ``counter`` (state advanced once).
+    """The SplitMix64 output for each uint64 state in `counter` (state advanced once).
 
     Parameters
     ----------
-    counter : ndarray of uint64, any shape
+    counter : numpy.ndarray
+        uint64 states, any shape.
 
     Returns
     -------
-    ndarray of uint64, same shape: ``mix(counter + 0x9E3779B97F4A7C15)``.
+    numpy.ndarray
+        uint64, the same shape: `mix(counter + 0x9E3779B97F4A7C15)`.
 
-    Example
-    -------
+    Examples
+    --------
     >>> hex(int(splitmix64(np.array([0], dtype=np.uint64))[0]))
     '0xe220a8397b1dcdaf'
     """
@@ -59,21 +63,22 @@ def splitmix64(counter: np.ndarray) -> np.ndarray:
 
 
 def stochastic_words(seed: int, shape: tuple[int, ...]) -> np.ndarray:
-    """The random word ``w_i = splitmix64(seed + i)`` of every element of an array of ``shape``.
+    """The random word `w_i = splitmix64(seed + i)` of every element of an array of `shape`.
 
     Parameters
     ----------
     seed : int
         Any integer; it is taken mod 2^64.
     shape : tuple of int
-        Shape of the array being rounded; ``i`` runs over its flattened C order.
+        Shape of the array being rounded; `i` runs over its flattened C order.
 
     Returns
     -------
-    ndarray of uint64 with ``shape``.
+    numpy.ndarray
+        uint64 words of `shape`.
 
-    Example
-    -------
+    Examples
+    --------
     >>> stochastic_words(7, (2, 3)).shape
     (2, 3)
     """
@@ -103,12 +108,17 @@ def stochastic_source(
     stochastic : bool
         Whether the rounding mode needs randomness (then exactly one source is required;
         otherwise at most one is accepted and ignored).
-    rng, seed, random_bits : the caller's arguments (see the module header)
-    shape : the shape of the array being rounded (random_bits must have it)
+    rng, seed, random_bits
+        The caller's arguments (see the module header).
+    shape
+        The shape of the array being rounded (random_bits must have it).
 
     Returns
     -------
-    (seed, words): the seed as an int (rng draws it), or the validated uint64 words.
+    seed : int or None
+        The seed (an int `rng` draws, or the caller's), or None.
+    words : numpy.ndarray or None
+        The validated uint64 words of `random_bits`, or None.
 
     Raises
     ------
@@ -118,8 +128,8 @@ def stochastic_source(
     TypeError
         rng not a Generator, seed not an int, random_bits not a uint64 ndarray.
 
-    Example
-    -------
+    Examples
+    --------
     >>> stochastic_source(True, None, 5, None, (3,))
     (5, None)
     """

@@ -1,4 +1,4 @@
-"""Exact rounding of float32/float64 arrays to any :class:`Format`, on the integer bits.
+"""Exact rounding of float32/float64 arrays to any `Format`, on the integer bits.
 
 Dimension letters: N elements (the flattened C-order input).
 
@@ -7,23 +7,23 @@ write a finite nonzero |x| = s * 2^(e - F) with s its integer significand (impli
 included, F = 23 or 52 stored mantissa bits) and t = floor(log2 |x|). The target's quantum
 at that magnitude is 2^qe with qe = max(t, emin) - m, so d = qe - (e - F) low bits of s are
 discarded: keep = s >> d, rem = s mod 2^d, and the result is n * 2^qe, n = keep + up.
-Modes decide ``up``: "nearest" rem > 2^(d-1), or a tie with keep odd (ties to even; with
+Modes decide `up`: "nearest" rem > 2^(d-1), or a tie with keep odd (ties to even; with
 m = 0 every normal keep is 1, so ties go up, as in ml_dtypes' E8M0); "nearest_away"
 rem >= 2^(d-1); "toward_zero" never; "toward_positive" rem > 0 and x > 0;
 "toward_negative" rem > 0 and x < 0 (IEEE 754-2019 roundTowardPositive / Negative, the
-directed modes of gfloat's ``RoundMode``); "stochastic" rem + top_d(w) >= 2^d with w the
-element's 64-bit random word, i.e. ``r64 + w >= 2^64`` where r64 = rem << (64 - d) for
+directed modes of gfloat's `RoundMode`); "stochastic" rem + top_d(w) >= 2^d with w the
+element's 64-bit random word, i.e. `r64 + w >= 2^64` where r64 = rem << (64 - d) for
 d <= 64 and rem >> (d - 64) beyond (probabilities then resolve to 2^-64). float64 inputs
 are rounded once, directly.
 
 Specials: NaN stays NaN (a quiet NaN with the input's sign), also for fp6/fp4, which have
 no NaN code (ml_dtypes turns NaN into a zero there; hiding a NaN is worse). Overflow (the
-rounded value above max): ``saturate=True``, a format with neither inf nor NaN (fp6, fp4:
+rounded value above max): `saturate=True`, a format with neither inf nor NaN (fp6, fp4:
 they always saturate, as ml_dtypes and OCP do), or a mode that rounds the magnitude down
 ("toward_zero"; "toward_positive" for x < 0; "toward_negative" for x > 0: IEEE 754-2019
 sec. 7.4 carries those overflows to +-max) -> +-max; otherwise inf, or NaN where the
 format has only NaN (E4M3FN: |x| > 464 -> NaN). Infinite inputs -> +-max with
-``saturate=True`` or for fp6/fp4, else inf, or NaN without inf (an infinity is exact, so
+`saturate=True` or for fp6/fp4, else inf, or NaN without inf (an infinity is exact, so
 no rounding mode changes it). -0.0 keeps its sign, except in the fnuz formats, which have
 no -0: every zero result is +0 there (their "-0" code is the NaN), as in ml_dtypes.
 Unsigned formats: any negative nonzero input -> NaN. Formats without subnormals: with a
@@ -38,23 +38,23 @@ ml_dtypes < 0.7 (and torch's float8_e8m0fnu cast, 2.13) map every float32 subnor
 2^-127 to 2^-126; normlab does not copy that: the same value must not round differently by
 dtype. ml_dtypes 0.7 rounds the value, as normlab does.
 
-Kernel seam: after validation :func:`quantize` calls ``normlab._backend.dispatch`` with the
-name ``"quantize"``, and a registered kernel gets ``k(x, fmt, mode, saturate, seed,
-random_bits[, out])`` with x the
-validated float32/float64 ndarray, fmt a Format, mode a :class:`RoundingMode`, saturate a
-bool, seed an int in [0, 2^64) or None (words then come from
-:func:`normlab.precision.random_bits.stochastic_words`), random_bits a uint64 array of x's
-shape or None, and, only when the caller passed ``out=``, out: the validated buffer (x
-itself, or disjoint from x). It returns the rounded array (x's dtype and shape; ``out``
-when given) or NotImplemented, having written nothing.
-Modes in ``REFERENCE_ONLY_MODES`` (the directed modes, newer than the kernel) always run
-the reference: the kernel is not asked. For the fnuz formats the kernel's -0 results are
-turned into +0 here (the kernel knows no fnuz convention; everything else it computes
-from the Format's fields matches the reference).
+Kernel seam: after validation [quantize][normlab.precision.quantize] calls
+`normlab._backend.dispatch` with the name `"quantize"`, and a registered kernel gets `k(x, fmt,
+mode, saturate, seed, random_bits[, out])` with x the validated float32/float64 ndarray, fmt a
+Format, mode a [RoundingMode][normlab.precision.RoundingMode], saturate a bool, seed an int in
+[0, 2^64) or None (words then come from
+[normlab.precision.random_bits.stochastic_words][normlab.precision.stochastic_words]),
+random_bits a uint64 array of x's shape or None, and, only when the caller passed `out=`, out:
+the validated buffer (x itself, or disjoint from x). It returns the rounded array (x's dtype and
+shape; `out` when given) or NotImplemented, having written nothing. Modes in
+`REFERENCE_ONLY_MODES` (the directed modes, newer than the kernel) always run the reference: the
+kernel is not asked. For the fnuz formats the kernel's -0 results are turned into +0 here (the
+kernel knows no fnuz convention; everything else it computes from the Format's fields matches
+the reference).
 
-Random words (``seed=`` or ``rng=``): element i of the flattened C-order input uses
-``w_i = splitmix64((seed + i) mod 2^64)`` (:mod:`normlab.precision.random_bits` gives the
-formula); ``rng`` only draws the seed, ``rng.integers(0, 2**63)``. A twin implementation
+Random words (`seed=` or `rng=`): element i of the flattened C-order input uses
+`w_i = splitmix64((seed + i) mod 2^64)` ([normlab.precision.random_bits][] gives the
+formula); `rng` only draws the seed, `rng.integers(0, 2**63)`. A twin implementation
 reproduces the words bit for bit from the seed alone.
 """
 
@@ -114,7 +114,7 @@ def round_components(
     """Round every element; return (sign, n, qe, kind), each (N,), value = (-1)^sign n 2^qe.
 
     sign is bool, n uint64 (n < 2^(m+1): a carry is renormalised into qe), qe int64, kind
-    KIND_FINITE / KIND_INF / KIND_NAN. Zero results have n == 0. ``words`` (N,) uint64 is
+    KIND_FINITE / KIND_INF / KIND_NAN. Zero results have n == 0. `words` (N,) uint64 is
     required for the stochastic mode.
     """
     F, B, W, utype = _INPUT[x.dtype]
@@ -198,7 +198,7 @@ def _specials(
 def assemble(
     sign: np.ndarray, n: np.ndarray, qe: np.ndarray, kind: np.ndarray, dtype: np.dtype
 ) -> np.ndarray:
-    """Float bits of (-1)^sign * n * 2^qe in ``dtype`` (exact: the value is representable)."""
+    """Float bits of (-1)^sign * n * 2^qe in `dtype` (exact: the value is representable)."""
     F, B, W, utype = _INPUT[np.dtype(dtype)]
     L = bit_length(n)  # (N,)
     el = qe + L - 1  # exponent of the leading bit
@@ -247,9 +247,9 @@ def quantize(
     random_bits: np.ndarray | None = None,
     out: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Round ``x`` to the values of ``fmt``; the result keeps x's dtype (float32/float64).
+    """Round `x` to the values of `fmt`; the result keeps x's dtype (float32/float64).
 
-    Formula: ``q = (-1)^s * n * 2^qe`` with ``qe = max(floor(log2|x|), emin) - m`` and n the
+    Formula: `q = (-1)^s * n * 2^qe` with `qe = max(floor(log2|x|), emin) - m` and n the
     rounded significand (see the module header for every mode and special case).
     Stochastic rounding (Croci et al., "Stochastic rounding: implementation, error analysis
     and applications", R. Soc. Open Sci. 2022) rounds up with probability equal to the
@@ -257,32 +257,38 @@ def quantize(
 
     Parameters
     ----------
-    x : ndarray of float32 or float64, any byte order (a float or a list of floats is
-        taken as float64; a non-native byte order is converted, never narrowed)
-    fmt : Format or str (see :func:`get_format`)
-    rounding : "nearest" | "stochastic" | "toward_zero" | "nearest_away" |
-        "toward_positive" | "toward_negative" or RoundingMode
+    x : numpy.ndarray
+        float32 or float64, any byte order (a float or a list of floats is taken as
+        float64; a non-native byte order is converted, never narrowed).
+    fmt : Format or str
+        The target format, or its name (see [get_format][normlab.precision.get_format]).
+    rounding : str or RoundingMode
+        `"nearest"` (ties to even), `"stochastic"`, `"toward_zero"`, `"nearest_away"`,
+        `"toward_positive"` or `"toward_negative"` (see
+        [RoundingMode][normlab.precision.RoundingMode]).
     saturate : bool
         Overflow and infinities become +-max instead of inf/NaN.
     rng : numpy.random.Generator, optional
-        Stochastic mode: one seed ``rng.integers(0, 2**63)`` is drawn, then as ``seed``.
-    seed : int in [0, 2^64), optional
-        Stochastic mode: element i of the flattened C-order x uses the word
-        ``splitmix64((seed + i) mod 2^64)`` (:mod:`normlab.precision.random_bits`); the
+        Stochastic mode: one seed `rng.integers(0, 2**63)` is drawn, then as `seed`.
+    seed : int, optional
+        Stochastic mode, in [0, 2^64): element i of the flattened C-order x uses the word
+        `splitmix64((seed + i) mod 2^64)` ([normlab.precision.random_bits][]); the
         same seed gives the same result on every backend and thread count.
-    random_bits : ndarray of uint64 with x's shape, optional
-        Stochastic mode: explicit random words, one per element.
-        Exactly one of ``rng``, ``seed``, ``random_bits`` is required by the stochastic
+    random_bits : numpy.ndarray, optional
+        Stochastic mode: explicit random words, uint64, one per element (x's shape).
+        Exactly one of `rng`, `seed`, `random_bits` is required by the stochastic
         mode; the deterministic modes ignore a single one, and more than one is an error.
-    out : ndarray, optional
+    out : numpy.ndarray, optional
         Where to write the result (NumPy's convention): x's shape and (native) dtype,
-        C-contiguous and writeable; ``out=x`` rounds in place. It must not overlap x
-        partially, nor random_bits. The same bits as without ``out``.
+        C-contiguous and writeable; `out=x` rounds in place. It must not overlap x
+        partially, nor random_bits. The same bits as without `out`.
 
     Returns
     -------
-    ndarray of x's dtype and shape holding values of ``fmt`` (or inf/NaN as above); ``out``
-    itself when given.
+    numpy.ndarray
+        x's dtype and shape, holding values of `fmt` (or inf/NaN as below); `out` itself
+        when given.
+
 
     Raises
     ------
@@ -290,19 +296,19 @@ def quantize(
         x not float32/float64 (integers included); rng not a Generator; seed not an int;
         random_bits not uint64; out not an ndarray of x's dtype.
     ValueError
-        Unknown format or mode; stochastic without randomness, or with more than one
-        source; seed outside [0, 2^64); random_bits of another shape; out of another shape,
-        not C-contiguous, read-only or overlapping x partially (or random_bits).
+        Unknown format or mode; stochastic without randomness, or with more than one source;
+        seed outside [0, 2^64); random_bits of another shape; out of another shape, not
+        C-contiguous, read-only or overlapping x partially (or random_bits).
 
     Notes
     -----
-    Overflow without ``saturate``: inf where the format has it, else NaN (E4M3FN: above
+    Overflow without `saturate`: inf where the format has it, else NaN (E4M3FN: above
     464); "toward_zero" and the NaN-less fp6/fp4 always clamp to +-max (as ml_dtypes/OCP),
     and so do the directed modes on the side they round towards zero. NaN stays NaN, also
     for fp6/fp4 (ml_dtypes would give a zero). float64 is rounded once.
 
-    Example
-    -------
+    Examples
+    --------
     >>> quantize(np.array([1.0 + 2**-8], np.float32), "bf16")
     array([1.], dtype=float32)
     >>> quantize(np.array([1.01, -1.01]), "e4m3", rounding="toward_positive").tolist()
@@ -332,16 +338,16 @@ def quantize_reference(
     x: np.ndarray, fmt: Format, mode: RoundingMode, saturate: bool, seed: int | None,
     words: np.ndarray | None, out: np.ndarray | None = None,
 ) -> np.ndarray:
-    """The NumPy reference behind :func:`quantize` (validated arguments, no dispatch).
+    """The NumPy reference behind `quantize` (validated arguments, no dispatch).
 
-    ``out`` (validated: x's shape and dtype, C-contiguous, x itself or disjoint from it)
+    `out` (validated: x's shape and dtype, C-contiguous, x itself or disjoint from it)
     receives the result, chunk by chunk; each chunk of x is read before it is written.
 
-    Rounds ``REFERENCE_CHUNK`` elements at a time (flattened C order) into the result, so
+    Rounds `REFERENCE_CHUNK` elements at a time (flattened C order) into the result, so
     the integer temporaries (about 40 bytes per float32 element) cost a fixed few MiB,
     not 40x the input: peak extra memory is the result plus ~40 x min(N, REFERENCE_CHUNK)
-    x itemsize. Element i still uses the word ``splitmix64(seed + i)`` (the chunk starting
-    at i0 draws ``stochastic_words(seed + i0, ...)``), so chunking changes no bit.
+    x itemsize. Element i still uses the word `splitmix64(seed + i)` (the chunk starting
+    at i0 draws `stochastic_words(seed + i0, ...)`), so chunking changes no bit.
     """
     flat = np.ascontiguousarray(x).reshape(-1)  # (N,)
     dest = np.empty(x.shape, x.dtype) if out is None else out

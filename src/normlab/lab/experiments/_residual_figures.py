@@ -20,15 +20,19 @@ STYLE = {
 
 
 def residual_figures(
-    depths: tuple[int, ...], update: dict[str, np.ndarray], change: dict[str, np.ndarray]
+    depths: tuple[int, ...], update: dict[str, np.ndarray], change: dict[str, np.ndarray],
+    extension: dict[str, np.ndarray],
 ) -> dict:
-    """One figure, two log-log panels: ||ΔF|| after one step, E||ΔF||²/C under perturbation."""
-    fig, (ax1, ax2) = new_figure(1, 2, width=5.2, height=4.2)
+    """One figure, three log-log panels: ||ΔF|| after one SGD step (weight matrices), after
+    one AdamW step (every parameter, the extension), E||ΔF||²/C under perturbation."""
+    fig, (ax1, ax3, ax2) = new_figure(1, 3, width=4.6, height=4.2)
     xs = np.array(depths)
     for name in update:
         color, marker, dash = STYLE[name]
         kw = {"color": color, "marker": marker, "linestyle": dash, "label": name}
-        ax1.loglog(xs, update[name], **kw)
+        if np.all(update[name] > 0):  # ReZero's SGD update is exactly 0 at init
+            ax1.loglog(xs, update[name], **kw)
+        ax3.loglog(xs, extension[name], **kw)
         if np.all(change[name] > 0):  # ReZero is exactly 0 at init: nothing to draw
             ax2.loglog(xs, change[name], **kw)
     ref = change["post"][0] * xs / xs[0]
@@ -36,10 +40,12 @@ def residual_figures(
     ax2.loglog(xs, change["pre"][0] * np.log(xs) / np.log(xs[0]), "k", lw=0.8, alpha=0.5,
                linestyle=(0, (1, 3)), label="∝ ln N")  # fmt: skip
     ax1.set(xlabel="layers N", ylabel="RMS over tokens of ||ΔF_t||",
-            title="Model update after one AdamW step")  # fmt: skip
+            title="One SGD step, weight matrices (judged)")  # fmt: skip
+    ax3.set(xlabel="layers N", ylabel="RMS over tokens of ||ΔF_t||",
+            title="One AdamW step, all parameters (shown)")  # fmt: skip
     ax2.set(xlabel="layers N", ylabel="E||F(W*) - F(W)||² / C",
             title="Output change under weight perturbation")  # fmt: skip
-    for ax in (ax1, ax2):
+    for ax in (ax1, ax3, ax2):
         ax.set_xticks(xs, [str(v) for v in depths])
         ax.minorticks_off()
         ax.legend(fontsize=7)
