@@ -159,7 +159,8 @@ def _run(x: Any, spec: OperandSpec, scale: Any, seed: int | None, order: str,
         t = code_tables(fmt)
         m, emin, _q, maxbits, ovf, flush, inf_out, nan_keep, nan_out = params
         launch(operand_jit.encode_blocks, xb.size, xb, block[0], block[1], mul, d1, m, emin,
-               maxbits, ovf, flush, inf_out, nan_keep, nan_out, 127 - fmt.bias, np.float32(2.0**fmt.emin).view(np.uint32),
+               maxbits, ovf, flush, inf_out, nan_keep, nan_out, 127 - fmt.bias,
+               np.float32(2.0**fmt.emin).view(np.uint32),
                fmt.emin - fmt.mantissa_bits + 150, t.nan_code, t.inf_code, t.sign_bit, flip,
                packed, co)
         vo = _EMPTY_F

@@ -172,7 +172,7 @@ def encode_blocks(xb, ra, rb, mul, d1, m, emin, maxbits, ovf, flush_bits, inf_ou
                   packed, co):
     """Scale, round to nearest and encode every element into `co` ((A, B), or (B, A) if
     `flip`; two codes per byte along the last axis if `packed`); a NaN block's codes are
-    `nanc`. Per row as :func:`fake_blocks`; one parallel task per `_GROUP` rows (an even
+    `nanc`. Per row as `fake_blocks`; one parallel task per `_GROUP` rows (an even
     number: packed pairs across rows are written by one task, the even row first)."""
     A, B = xb.shape
     sh, low, bias, mn, c = narrow_consts(m, emin)
@@ -241,7 +241,7 @@ def amax_cols(xb, ra, mask, out):
     """out[ba, b] = max over rows a of block ba of (xb[a, b] & mask): column blocks (ra, 1).
 
     The integer max of sign-masked float bits is the max of |x| (a NaN above every number),
-    as :func:`normlab.kernels.block_scale_jit.amax_bits`; the loop runs along rows, which
+    as [normlab.kernels.block_scale_jit.amax_bits][]; the loop runs along rows, which
     vectorises.
     """
     A, B = xb.shape

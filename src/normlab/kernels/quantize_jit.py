@@ -62,7 +62,7 @@ __all__ = [
 #   m, emin: target mantissa bits and smallest normal exponent
 #   qbits: bits of the target's smallest quantum 2^(emin - m) in the input format
 #   maxbits: bits of the target's largest finite value; a rounded magnitude above it
-#       overflows and becomes ``ovf`` (inf, NaN or max, chosen by the caller)
+#       overflows and becomes `ovf` (inf, NaN or max, chosen by the caller)
 #   flush_bits: rounded magnitudes below it become 0 (targets without subnormals; else 0)
 #   inf_out: written for an infinite input; nan_keep: 1 keeps an input NaN, 0 writes nan_out
 # The sign is put back last, so -0.0 and negative values keep it.
@@ -157,7 +157,7 @@ def round_nearest_same_range(xbits, out, d, cap):
 
 @njit(inline="always")
 def narrow_consts(m, emin):
-    """(sh, low, bias, minnorm, c) of :func:`narrow_nearest` (float32 input)."""
+    """(sh, low, bias, minnorm, c) of `narrow_nearest` (float32 input)."""
     u, M, B = np.uint32, 23, 127
     one = u(1)
     sh = u(M - m)
@@ -170,8 +170,8 @@ def narrow_consts(m, emin):
 
 @njit(inline="always")
 def narrow_nearest(a, u, sh, low, bias, minnorm, c):
-    """The magnitude bits ``a`` (float32) rounded to nearest even, before the special rules
-    (see :func:`round_nearest_narrow`)."""
+    """The magnitude bits `a` (float32) rounded to nearest even, before the special rules
+    (see `round_nearest_narrow`)."""
     one = u(1)
     r_norm = u(u(u(a + bias) + u(u(a >> sh) & one)) & u(~low))
     v = np.uint32(a).view(np.float32)
@@ -181,7 +181,7 @@ def narrow_nearest(a, u, sh, low, bias, minnorm, c):
 
 @njit(inline="always")
 def special_rules(a, r, u, infb, maxbits, ovf, flush_bits, inf_out, nan_keep, nan_out):
-    """Overflow, flush, infinity and NaN rules on the rounded magnitude ``r`` of ``a``."""
+    """Overflow, flush, infinity and NaN rules on the rounded magnitude `r` of `a`."""
     r = ovf if r > maxbits else r
     r = u(0) if r < flush_bits else r
     r = inf_out if a == infb else r

@@ -4,8 +4,9 @@ Dimension letters: R, C the operand's rows and columns; one block covers r x c o
 (`OperandSpec.block`).
 
 A linear layer's three GEMMs each multiply two quantised operands
-([normlab.precision.recipes][] has the table). [fake_operand][normlab.precision.operands.fake_operand]
-gives the float32 values such a GEMM multiplies (`dequantize(quantize(x))`);
+([normlab.precision.recipes][] has the table).
+[fake_operand][normlab.precision.operands.fake_operand] gives the float32 values such a
+GEMM multiplies (`dequantize(quantize(x))`);
 [encode_operand][normlab.precision.operands.encode_operand] keeps the same operand as a
 low-precision GEMM would store it: integer element codes of the recipe's format (two E2M1
 codes per byte for NVFP4) plus the scales (E8M0 codes for MX, E4M3 codes and the float32
@@ -167,7 +168,9 @@ def operand_spec(recipe: Any, role: str, axis: int) -> OperandSpec:
 
 @dataclass(frozen=True)
 class Encoded:
-    """An operand as codes plus scales ([encode_operand][normlab.precision.operands.encode_operand]).
+    """An operand as codes plus scales.
+
+    What [encode_operand][normlab.precision.operands.encode_operand] returns.
 
     Attributes
     ----------
@@ -414,7 +417,8 @@ def encode_operand(x: Any, spec: OperandSpec, *, scale: Any = None, order: str =
     ([[56, 192]], 1.0)
     """
     xp = namespace_of(x) if xp is None else xp
-    return xp.dispatch("encode_operand", _encode_reference, x, spec, scale, order)  # type: ignore[no-any-return]
+    out = xp.dispatch("encode_operand", _encode_reference, x, spec, scale, order)
+    return out  # type: ignore[no-any-return]
 
 
 def _decode_reference(enc: Encoded, spec: OperandSpec, shape: tuple[int, int],
