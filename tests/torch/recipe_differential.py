@@ -1,16 +1,16 @@
 """The recipe differential harness: NumPy function, torch function, QuantLinear operand, oracle.
 
-For a recipe and an input kind, ``operand_mismatches`` builds a real ``QuantLinear`` and
+For a recipe and an input kind, `operand_mismatches` builds a real `QuantLinear` and
 collects the six operands its three GEMMs multiply (x, W in forward; dy, W in dgrad; dy,
 x in wgrad, each blocked along that GEMM's contraction; wgrad's x decoded from the codes
 the forward saved), computes the same six with the public NumPy functions of
-``normlab.precision``, the public torch functions of ``normlab.torch`` and the independent
-oracles of ``recipe_oracles``, and returns every bitwise difference (float32 bit patterns,
+`normlab.precision`, the public torch functions of `normlab.torch` and the independent
+oracles of `recipe_oracles`, and returns every bitwise difference (float32 bit patterns,
 NaN included: tolerance 0). The layer runs twice, through the CPU fast path (numba
 operand kernels, "quantlinear") and through the recipes' shared arithmetic in torch ops
 ("quantlinear_torch"), as a float32 or a bfloat16 model. For delayed scaling,
-``delayed_mismatches`` runs an amax trace through three NumPy ``Fp8Meta``, three torch
-``Fp8Meta``, the layer and the oracle, and compares operands, scales and histories after
+`delayed_mismatches` runs an amax trace through three NumPy `Fp8Meta`, three torch
+`Fp8Meta`, the layer and the oracle, and compares operands, scales and histories after
 every step. An empty list means the four agree; the planted-bug tests expect a non-empty
 one.
 """

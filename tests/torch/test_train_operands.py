@@ -1,8 +1,8 @@
 """The operand quantisers of QuantLinear against normlab's NumPy rounding and recipes.
 
 Every comparison is exact (tolerance 0): the fast paths must round exactly as
-``normlab.precision.quantize``, and the scaled operands must equal the dequantised NumPy
-recipes (``mx_quantize``, ``quantize_current_scaling``) bit for bit.
+`normlab.precision.quantize`, and the scaled operands must equal the dequantised NumPy
+recipes (`mx_quantize`, `quantize_current_scaling`) bit for bit.
 """
 
 from __future__ import annotations
