@@ -1,8 +1,8 @@
 """QuantLinear's operands equal the dequantised NumPy recipes bit for bit (tolerance 0).
 
 Each test feeds the same float32 input (and, for stochastic NVFP4, the same seed) to the
-operand path of a real :class:`QuantLinear` (`quantize_operand`) and to the NumPy recipe
-of :mod:`normlab.precision`, and compares the float32 bit patterns. Inputs span 16 binades
+operand path of a real `QuantLinear` (`quantize_operand`) and to the NumPy recipe
+of [normlab.precision][], and compares the float32 bit patterns. Inputs span 16 binades
 so block scales differ, with a zero block and lengths that are not block multiples.
 """
 
