@@ -96,8 +96,9 @@ def _encode(rb, ebias, m, minnorm, sub_shift, nanc, infc, sbit):
     mmask = u(u(u(1) << u(m)) - u(1))
     normal = u(u(u(e - u(ebias)) << u(m)) | u(u(a >> u(23 - m)) & mmask))
     sig = u(u(a & u(0x7FFFFF)) | (u(0x800000) if e > u(0) else u(0)))
-    shift = np.int64(sub_shift) - np.int64(max(e, u(1)))
-    sub = u(sig >> u(min(max(shift, 0), 31)))
+    shift = np.int64(sub_shift) - np.int64(e if e > u(1) else u(1))
+    shift = shift if shift > 0 else np.int64(0)
+    sub = u(sig >> u(shift if shift < 31 else np.int64(31)))
     code = normal if a >= minnorm else sub
     code = u(infc) if a == _INF else code
     code = u(nanc) if a > _INF else code

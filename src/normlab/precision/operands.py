@@ -229,8 +229,8 @@ def code_tables(fmt: Format) -> CodeTables:
     values = decode(np.arange(2**fmt.bits, dtype=np.uint32), fmt)
     half = values[: 2 ** (fmt.bits - 1)]
     finite = int(np.argmax(~np.isfinite(half))) if not np.isfinite(half).all() else half.size
-    nan = int(encode(np.float32([np.nan]), fmt)[0]) if fmt.has_nan else 0
-    inf = int(encode(np.float32([np.inf]), fmt)[0]) if fmt.has_infinity else 0
+    nan = int(encode(np.array([np.nan], np.float32), fmt)[0]) if fmt.has_nan else 0
+    inf = int(encode(np.array([np.inf], np.float32), fmt)[0]) if fmt.has_infinity else 0
     if fmt.nan is NanConvention.FNUZ:
         finite = half.size  # the NaN code is the sign bit alone
     return CodeTables(values, np.ascontiguousarray(half[:finite]), nan, inf, fmt.bits - 1)
@@ -417,8 +417,8 @@ def encode_operand(x: Any, spec: OperandSpec, *, scale: Any = None, order: str =
     ([[56, 192]], 1.0)
     """
     xp = namespace_of(x) if xp is None else xp
-    out = xp.dispatch("encode_operand", _encode_reference, x, spec, scale, order)
-    return out  # type: ignore[no-any-return]
+    out: Encoded = xp.dispatch("encode_operand", _encode_reference, x, spec, scale, order)
+    return out
 
 
 def _decode_reference(enc: Encoded, spec: OperandSpec, shape: tuple[int, int],

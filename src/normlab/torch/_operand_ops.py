@@ -163,7 +163,7 @@ def _prepared_shape(t: torch.Tensor, hadamard: torch.Tensor | None) -> tuple[Any
 
 
 @_fake_op.register_fake
-def _(t, spec, scale, step, stream, which, hadamard):  # type: ignore[no-untyped-def]
+def _(t, spec, scale, step, stream, which, hadamard):
     s = po.OperandSpec.from_key(spec)
     rows = hadamard is None and _rows_contiguous(t)
     return _empty_2d(_prepared_shape(t, hadamard), order_of(s, rows), torch.float32, t.device)
@@ -253,7 +253,7 @@ def _encode_op(t: torch.Tensor, spec: str, scale: torch.Tensor | None,
 
 
 @_encode_op.register_fake
-def _(t, spec, scale, hadamard):  # type: ignore[no-untyped-def]
+def _(t, spec, scale, hadamard):
     s = po.OperandSpec.from_key(spec)
     shape = _prepared_shape(t, hadamard)
     order = order_of(s, hadamard is None and _rows_contiguous(t))
@@ -266,7 +266,7 @@ def encode(t: torch.Tensor, spec: po.OperandSpec, *, scale: torch.Tensor | None 
            hadamard: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
     """Operand `t` as (codes, scales, tensor scale) tensors (empty where the kind has none):
     [encode_operand][normlab.precision.operands.encode_operand] in its fixed layout."""
-    return _encode_op(t, spec.key(), scale, hadamard)  # type: ignore[no-any-return]
+    return _encode_op(t, spec.key(), scale, hadamard)
 
 
 @torch.library.custom_op("normlab::decode_operand", mutates_args=())
@@ -284,14 +284,14 @@ def _decode_op(codes: torch.Tensor, scales: torch.Tensor, tensor_scale: torch.Te
 
 
 @_decode_op.register_fake
-def _(codes, scales, tensor_scale, spec, rows, cols, order):  # type: ignore[no-untyped-def]
+def _(codes, scales, tensor_scale, spec, rows, cols, order):
     return _empty_2d((rows, cols), order, torch.float32, codes.device)
 
 
 def decode(parts: tuple[torch.Tensor, ...], spec: po.OperandSpec, shape: tuple[int, int],
            order: str) -> torch.Tensor:
     """The float32 operand that `encode` kept: the values `fake` gives, bit for bit."""
-    return _decode_op(*parts, spec.key(), int(shape[0]), int(shape[1]), order)  # type: ignore[no-any-return]
+    return _decode_op(*parts, spec.key(), int(shape[0]), int(shape[1]), order)
 
 
 @torch.library.custom_op("normlab::gemm", mutates_args=())
@@ -302,7 +302,7 @@ def _gemm_op(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, trans_
 
 
 @_gemm_op.register_fake
-def _(a, b, bias, trans_a, trans_b):  # type: ignore[no-untyped-def]
+def _(a, b, bias, trans_a, trans_b):
     rows = a.shape[1] if trans_a else a.shape[0]
     cols = b.shape[0] if trans_b else b.shape[1]
     return a.new_empty((rows, cols), dtype=torch.float32)
@@ -313,7 +313,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, *,
     """`op(a) @ op(b) (+ bias)` in float32 as eager PyTorch computes it (`op` transposes
     where asked; the transposition happens inside, so the product sees the operands'
     own strides)."""
-    return _gemm_op(a, b, bias, trans_a, trans_b)  # type: ignore[no-any-return]
+    return _gemm_op(a, b, bias, trans_a, trans_b)
 
 
 @torch.library.custom_op("normlab::column_sum", mutates_args=())
@@ -322,13 +322,13 @@ def _column_sum_op(dy: torch.Tensor) -> torch.Tensor:
 
 
 @_column_sum_op.register_fake
-def _(dy):  # type: ignore[no-untyped-def]
+def _(dy):
     return dy.new_empty((dy.shape[1],), dtype=torch.float32)
 
 
 def column_sum(dy: torch.Tensor) -> torch.Tensor:
     """The bias gradient `float32(dy).sum(0)` in eager's summation order, shape (N,)."""
-    return _column_sum_op(dy)  # type: ignore[no-any-return]
+    return _column_sum_op(dy)
 
 
 @torch.library.custom_op("normlab::next_step", mutates_args=("counter",))
@@ -339,10 +339,10 @@ def _next_step_op(counter: torch.Tensor) -> torch.Tensor:
 
 
 @_next_step_op.register_fake
-def _(counter):  # type: ignore[no-untyped-def]
+def _(counter):
     return torch.empty_like(counter)
 
 
 def next_step(counter: torch.Tensor) -> torch.Tensor:
     """The counter's value (a new 0-d tensor); the counter advances by one, in place."""
-    return _next_step_op(counter)  # type: ignore[no-any-return]
+    return _next_step_op(counter)

@@ -120,7 +120,7 @@ def _widen(x: torch.Tensor) -> torch.Tensor:
 
 
 @_widen.register_fake
-def _(x):  # type: ignore[no-untyped-def]
+def _(x):
     return torch.empty_like(x, dtype=torch.float32)
 
 
