@@ -33,13 +33,8 @@ from normlab.precision import recipe_core as core
 from normlab.precision.formats import FLOAT8_E4M3FN, Format, NanConvention
 from normlab.precision.modes import RoundingMode
 from normlab.precision.namespace import F32_MAX, NUMPY
-from normlab.precision.operands import (
-    Encoded,
-    OperandSpec,
-    code_tables,
-    element_codes,
-    stores_codes,
-)
+from normlab.precision.operand_codes import Encoded, code_tables, element_codes, stores_codes
+from normlab.precision.operands import OperandSpec
 
 __all__: list[str] = []
 

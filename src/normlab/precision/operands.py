@@ -22,12 +22,9 @@ inputs widen exactly), as the layer's float32 GEMMs take it. On NumPy arrays eac
 the numba kernel of its name (`normlab.kernels.operand`) where one serves the call: the
 same values in one pass over the operand, reading float32 or bfloat16 in place.
 
-Codes: element values map to the format's bit codes ([normlab.precision.codes][]) by
-their position among the format's finite magnitudes, plus the sign bit; a NaN takes the
-format's NaN code (formats without one only meet NaN inside a block whose scale is NaN,
-which marks the whole block). `order` fixes the memory layout of the results: `"C"` rows
-contiguous, `"F"` columns contiguous (the layout the torch path of each recipe produces,
-so the GEMMs that follow see the strides they always saw); codes are stored with that
+Codes are [normlab.precision.operand_codes][] (a NaN outside a NaN-scaled block takes the
+format's NaN code). `order` fixes the results' layout: `"C"` rows contiguous, `"F"`
+columns contiguous (the layout of each recipe's torch path); codes are stored with that
 layout's contiguous axis last, NVFP4's paired along it.
 """
 
@@ -37,13 +34,17 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from normlab.precision import blocks
 from normlab.precision import recipe_core as core
-from normlab.precision.codes import decode, encode
-from normlab.precision.formats import FLOAT4_E2M1FN, FLOAT8_E4M3FN, Format, NanConvention
+from normlab.precision.formats import FLOAT4_E2M1FN, FLOAT8_E4M3FN, Format
 from normlab.precision.namespace import ArrayNamespace, namespace_of
+from normlab.precision.operand_codes import (
+    Encoded,
+    element_codes,
+    element_values,
+    pack_pairs,
+    unpack_pairs,
+)
 from normlab.precision.recipe_formats import mx_element_format
 from normlab.precision.recipes import (
     Bf16Recipe,
@@ -56,9 +57,7 @@ from normlab.precision.recipes import (
 
 __all__ = [
     "KINDS",
-    "Encoded",
     "OperandSpec",
-    "code_tables",
     "decode_operand",
     "encode_operand",
     "fake_operand",
@@ -166,76 +165,6 @@ def operand_spec(recipe: Any, role: str, axis: int) -> OperandSpec:
     raise TypeError(f"unsupported recipe {recipe!r}")
 
 
-@dataclass(frozen=True)
-class Encoded:
-    """An operand as codes plus scales.
-
-    What [encode_operand][normlab.precision.operands.encode_operand] returns.
-
-    Attributes
-    ----------
-    codes : array
-        Element codes, uint8 (int16 for 16-bit formats; float32 values for formats without
-        codes), stored with the layout's contiguous axis last: `(R, C)` for order "C",
-        `(C, R)` for "F"; NVFP4 pairs two codes per byte along that axis.
-    scales : array or None
-        Per-block scales: E8M0 codes (MX, uint8), E4M3 codes (NVFP4, uint8), float32
-        inverse scales (blockwise FP8, on the block grid; per-tensor FP8, 0-d); None for
-        the elementwise kind.
-    tensor_scale : array or None
-        NVFP4's float32 decode scale $S_{dec}$ (0-d); None for the other kinds.
-    """
-
-    codes: Any
-    scales: Any = None
-    tensor_scale: Any = None
-
-
-@dataclass(frozen=True)
-class CodeTables:
-    """Lookup tables of one format's codes.
-
-    Attributes
-    ----------
-    values : numpy.ndarray
-        float32 value of every code (NaN codes: the quiet NaN with the code's sign).
-    magnitudes : numpy.ndarray
-        The finite non-negative values, increasing (code i has the value `magnitudes[i]`).
-    nan_code : int
-        The code of +NaN (0 for formats without NaN).
-    inf_code : int
-        The code of +inf (0 for formats without infinities).
-    sign_bit : int
-        The sign bit's position.
-    """
-
-    values: np.ndarray
-    magnitudes: np.ndarray
-    nan_code: int
-    inf_code: int
-    sign_bit: int
-
-
-def stores_codes(fmt: Format) -> bool:
-    """Whether operands of `fmt` are kept as codes: signed formats with a zero, 16 bits or
-    fewer (the others are kept as float32 values)."""
-    return fmt.signed and fmt.has_zero and fmt.bits <= 16
-
-
-@functools.lru_cache(maxsize=32)
-def code_tables(fmt: Format) -> CodeTables:
-    """The [CodeTables][normlab.precision.operands.CodeTables] of `fmt` (a format that
-    [stores_codes][normlab.precision.operands.stores_codes])."""
-    values = decode(np.arange(2**fmt.bits, dtype=np.uint32), fmt)
-    half = values[: 2 ** (fmt.bits - 1)]
-    finite = int(np.argmax(~np.isfinite(half))) if not np.isfinite(half).all() else half.size
-    nan = int(encode(np.array([np.nan], np.float32), fmt)[0]) if fmt.has_nan else 0
-    inf = int(encode(np.array([np.inf], np.float32), fmt)[0]) if fmt.has_infinity else 0
-    if fmt.nan is NanConvention.FNUZ:
-        finite = half.size  # the NaN code is the sign bit alone
-    return CodeTables(values, np.ascontiguousarray(half[:finite]), nan, inf, fmt.bits - 1)
-
-
 def _layout(x: Any, order: str, xp: ArrayNamespace) -> Any:
     """Logical 2-D `x` as stored: `x` (order "C") or its transpose (order "F"), rows last."""
     return xp.ordered(x if order == "C" else xp.moveaxis(x, 0, 1), "C")
@@ -243,39 +172,6 @@ def _layout(x: Any, order: str, xp: ArrayNamespace) -> Any:
 
 def _from_layout(stored: Any, order: str, xp: ArrayNamespace) -> Any:
     return stored if order == "C" else xp.moveaxis(stored, 0, 1)
-
-
-def element_codes(v: Any, fmt: Format, xp: ArrayNamespace) -> Any:
-    """The codes of float32 values `v` that `fmt` represents (NaN: the NaN code)."""
-    if not stores_codes(fmt):
-        return v
-    t = code_tables(fmt)
-    index = xp.searchsorted(xp.constant(t.magnitudes, v), xp.abs(v))
-    index = xp.where(xp.isinf(v), xp.scalar(t.inf_code, index), index)
-    index = xp.where(xp.isnan(v), xp.scalar(t.nan_code, index), index)
-    sign = xp.astype(xp.bits32(v) < xp.scalar(0, xp.bits32(v)), "int64")
-    code = index | (sign << t.sign_bit)
-    return xp.astype(code, "uint8" if fmt.bits <= 8 else "int16")
-
-
-def element_values(codes: Any, fmt: Format, xp: ArrayNamespace) -> Any:
-    """float32 values of element codes (float32 'codes' are values already)."""
-    if not stores_codes(fmt):
-        return codes
-    table = xp.constant(code_tables(fmt).values, codes)
-    return table[xp.astype(codes, "int64") & (2**fmt.bits - 1)]
-
-
-def _pack(stored: Any, xp: ArrayNamespace) -> Any:
-    """Two 4-bit codes per byte along the last axis (the even element in the low half)."""
-    padded = xp.pad_end(stored, (0, stored.shape[1] % 2))
-    return padded[:, 0::2] | (padded[:, 1::2] << 4)
-
-
-def _unpack(packed: Any, n: int, xp: ArrayNamespace) -> Any:
-    lo, hi = packed & 15, packed >> 4
-    pairs = xp.concat([lo[:, :, None], hi[:, :, None]], axis=2)
-    return xp.reshape(pairs, (packed.shape[0], 2 * packed.shape[1]))[:, :n]
 
 
 def _blockwise_parts(x: Any, spec: OperandSpec, xp: ArrayNamespace) -> tuple[Any, Any]:
@@ -384,7 +280,7 @@ def _encode_reference(x: Any, spec: OperandSpec, scale: Any, order: str) -> Enco
             elems = elems if spec.tile or spec.axis == 1 else xp.moveaxis(elems, 0, 1)
         codes = _layout(element_codes(elems, spec.fmt, xp), order, xp)
         if spec.kind == "nvfp4":
-            codes = _pack(codes, xp)
+            codes = pack_pairs(codes, xp)
         return Encoded(codes, scales, tensor_scale)
 
 
@@ -427,7 +323,7 @@ def _decode_reference(enc: Encoded, spec: OperandSpec, shape: tuple[int, int],
     with xp.quiet():
         stored = enc.codes
         if spec.kind == "nvfp4":
-            stored = _unpack(stored, shape[0] if order == "F" else shape[1], xp)
+            stored = unpack_pairs(stored, shape[0] if order == "F" else shape[1], xp)
         elems = element_values(_from_layout(stored, order, xp), spec.fmt, xp)  # R,C
         if spec.kind == "round":
             out = elems

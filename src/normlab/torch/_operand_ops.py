@@ -40,6 +40,7 @@ from normlab import _backend
 from normlab.precision import operands as po
 from normlab.precision.hadamard import rht_apply
 from normlab.precision.namespace import NUMPY
+from normlab.precision.operand_codes import Encoded, stores_codes
 from normlab.torch._stochastic import splitmix64_int
 from normlab.torch.namespace import TORCH
 
@@ -206,7 +207,7 @@ def _encoded_shapes(s: po.OperandSpec, shape: tuple[Any, Any],
     """(codes shape, codes dtype, scales shape, scales dtype, tensor-scale shape)."""
     r, c = shape
     stored = (c, r) if order == "F" else (r, c)
-    if not po.stores_codes(s.fmt):
+    if not stores_codes(s.fmt):
         code_shape, code_dtype = stored, torch.float32
     else:
         code_dtype = torch.uint8 if s.fmt.bits <= 8 else torch.int16
@@ -276,10 +277,10 @@ def _decode_op(codes: torch.Tensor, scales: torch.Tensor, tensor_scale: torch.Te
     parts = [codes, None if s.kind == "round" else scales,
              tensor_scale if s.kind == "nvfp4" else None]
     if codes.device.type == "cpu" and _fast("decode_operand"):
-        enc = po.Encoded(*(None if p is None else p.numpy() for p in parts))
+        enc = Encoded(*(None if p is None else p.numpy() for p in parts))
         out = torch.from_numpy(po.decode_operand(enc, s, (rows, cols), order=order, xp=NUMPY))
     else:
-        out = po.decode_operand(po.Encoded(*parts), s, (rows, cols), order=order, xp=TORCH)
+        out = po.decode_operand(Encoded(*parts), s, (rows, cols), order=order, xp=TORCH)
     return _layout(out, order)
 
 
