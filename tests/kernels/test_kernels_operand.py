@@ -170,3 +170,18 @@ def test_planted_decode_fault_is_caught(monkeypatch) -> None:
     spec = _spec("fp8", "x", 0)
     assert _mismatches(spec, _input("spread", "float32", "C"), None) == [
         "C: kernel decode != fake_operand", "F: kernel decode != fake_operand"]
+
+
+def test_serial_block_runs_large_launches_serially(monkeypatch) -> None:
+    # torch on one thread asks for serial kernels: no parallel region, whatever the size
+    from normlab.kernels import _adapt
+
+    monkeypatch.setitem(_adapt._STATE, "layer_safe", True)  # no real threading layer here
+    monkeypatch.setitem(_adapt._STATE, "parallel_ran", _adapt._STATE["parallel_ran"])
+    calls = []
+    kern = type("K", (), {"serial": lambda *a: calls.append("serial"),
+                          "parallel": lambda *a: calls.append("parallel")})()
+    with _adapt.serial():
+        _adapt.launch(kern, 1 << 30)
+    _adapt.launch(kern, 1 << 30)
+    assert calls == ["serial", "parallel"]

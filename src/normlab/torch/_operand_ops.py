@@ -30,6 +30,7 @@ the op from the counter's value.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import ml_dtypes
@@ -119,6 +120,16 @@ def _fast(name: str) -> bool:
     return _backend.kernel(name) is not None
 
 
+def _threads() -> contextlib.AbstractContextManager[Any]:
+    """The kernels' thread budget: serial where torch runs on one thread (a parallel
+    region would wake numba's workers, which then compete with torch's next ops)."""
+    if torch.get_num_threads() > 1:
+        return contextlib.nullcontext()
+    from normlab.kernels._adapt import serial  # numba is there: `_fast` said so
+
+    return serial()
+
+
 def hadamard_rows(t: torch.Tensor, matrix: torch.Tensor) -> torch.Tensor:
     """The random Hadamard transform along rows (axis 0) in blocks of 16, M zero-padded to a
     multiple of 16: `random_hadamard_transform(pad(t), 16, seed, axis=0)` for the `matrix`
@@ -146,8 +157,9 @@ def _fake_op(t: torch.Tensor, spec: str, scale: torch.Tensor | None, step: torch
     view = _numpy_view(src) if _fast("fake_operand") else None
     if view is not None:
         sc = None if scale is None else np.float32(scale.detach().cpu().item())
-        out = torch.from_numpy(po.fake_operand(view, s, scale=sc, seed=seed, order=order,
-                                               xp=NUMPY))
+        with _threads():
+            out = torch.from_numpy(po.fake_operand(view, s, scale=sc, seed=seed, order=order,
+                                                   xp=NUMPY))
     else:
         out = po.fake_operand(src.detach(), s, scale=scale, seed=seed, order=order, xp=TORCH)
     return _layout(out, order)
@@ -243,7 +255,8 @@ def _encode_op(t: torch.Tensor, spec: str, scale: torch.Tensor | None,
     view = _numpy_view(src) if _fast("encode_operand") else None
     if view is not None:
         sc = None if scale is None else np.float32(scale.detach().cpu().item())
-        enc = po.encode_operand(view, s, scale=sc, order=order, xp=NUMPY)
+        with _threads():
+            enc = po.encode_operand(view, s, scale=sc, order=order, xp=NUMPY)
         parts = [None if p is None else torch.from_numpy(np.asarray(p).copy(order="C"))
                  for p in (enc.codes, enc.scales, enc.tensor_scale)]
     else:
@@ -278,7 +291,9 @@ def _decode_op(codes: torch.Tensor, scales: torch.Tensor, tensor_scale: torch.Te
              tensor_scale if s.kind == "nvfp4" else None]
     if codes.device.type == "cpu" and _fast("decode_operand"):
         enc = Encoded(*(None if p is None else p.numpy() for p in parts))
-        out = torch.from_numpy(po.decode_operand(enc, s, (rows, cols), order=order, xp=NUMPY))
+        with _threads():
+            out = torch.from_numpy(po.decode_operand(enc, s, (rows, cols), order=order,
+                                                     xp=NUMPY))
     else:
         out = po.decode_operand(Encoded(*parts), s, (rows, cols), order=order, xp=TORCH)
     return _layout(out, order)
