@@ -1,7 +1,7 @@
 """Element codes of an operand kept for backward: lookup tables, encode, decode, packing.
 
 A training GEMM's operand is saved as integer codes of its element format
-([normlab.precision.codes][] defines the bit layouts) plus scales
+(`normlab.precision.codes` defines the bit layouts) plus scales
 ([normlab.precision.operands][]). Element values map to codes by their position among
 the format's finite magnitudes, plus the sign bit; a NaN takes the format's NaN code
 (formats without one only meet NaN inside a block whose scale is NaN, which marks the
