@@ -1,30 +1,30 @@
 """The one "kernel or reference" decision behind every public op.
 
-Contract: a public function validates its inputs, then calls :func:`dispatch` with the
-op's name, its NumPy reference and the validated arguments. The kernel that ``KERNELS``
-names for that op (``"module:function"`` in :mod:`normlab.kernels`, imported on the first
+Contract: a public function validates its inputs, then calls `dispatch` with the
+op's name, its NumPy reference and the validated arguments. The kernel that `KERNELS`
+names for that op (`"module:function"` in [normlab.kernels][], imported on the first
 dispatch, never at import time) receives exactly those arguments and returns the reference's
-result types, or ``NotImplemented`` when it cannot serve them (a dtype, layout or option it
+result types, or `NotImplemented` when it cannot serve them (a dtype, layout or option it
 does not handle); the reference then runs. Both paths run under the same
-``np.errstate``: a NaN/inf row gives NaN/inf in that row only, without NumPy warnings.
+`np.errstate`: a NaN/inf row gives NaN/inf in that row only, without NumPy warnings.
 
 Failures never reach the caller. Any failure to import, compile, cache, load or call a
-kernel becomes one :class:`KernelFallbackWarning` per cause (naming the cause and the fix),
+kernel becomes one `KernelFallbackWarning` per cause (naming the cause and the fix),
 then correct results:
 
 1. numba cannot write its cache (read-only install, unwritable home: "no locator
-   available", ``PermissionError``): numba is pointed at a fresh temporary folder
-   (``NUMBA_CACHE_DIR`` semantics, removed when the process exits) and the kernels are
+   available", `PermissionError`): numba is pointed at a fresh temporary folder
+   (`NUMBA_CACHE_DIR` semantics, removed when the process exits) and the kernels are
    loaded again;
-2. a corrupted cache file (``UnpicklingError``, ``EOFError`` from a truncated ``.nbi`` /
-   ``.nbc``): the kernels' cache files are deleted where possible and the kernel is
+2. a corrupted cache file (`UnpicklingError`, `EOFError` from a truncated `.nbi` /
+   `.nbc`): the kernels' cache files are deleted where possible and the kernel is
    compiled again, so the cache heals itself;
 3. anything else, or a retry that fails too: the NumPy reference, for this op from now on.
 
 A generator passed to a kernel (dropout) is restored before the reference runs, so a
 fallback draws the same random numbers.
 
-``NORMLAB_BACKEND=numpy`` (read at every call) selects the references; ``numba`` (or
+`NORMLAB_BACKEND=numpy` (read at every call) selects the references; `numba` (or
 unset) uses the kernels where they exist.
 """
 
@@ -66,6 +66,9 @@ KERNELS: dict[str, str] = {
     "group_norm_forward": "normlab.kernels.group_norm:group_norm_forward",
     "group_norm_backward": "normlab.kernels.group_norm:group_norm_backward",
     "quantize": "normlab.kernels.quantize:quantize",
+    "fake_operand": "normlab.kernels.operand:fake_operand",
+    "encode_operand": "normlab.kernels.operand:encode_operand",
+    "decode_operand": "normlab.kernels.operand:decode_operand",
     "layer_norm_forward": "normlab.kernels.row_norms:layer_norm_forward",
     "layer_norm_backward": "normlab.kernels.row_norms:layer_norm_backward",
     "add_layer_norm_forward": "normlab.kernels.row_norms:add_layer_norm_forward",
@@ -90,7 +93,7 @@ class KernelFallbackWarning(RuntimeWarning):
 
 
 def backend() -> str:
-    """The backend in force: ``"numba"`` or ``"numpy"``."""
+    """The backend in force: `"numba"` or `"numpy"`."""
     stack = getattr(_OVERRIDE, "stack", None)
     if stack:
         return str(stack[-1])
@@ -170,9 +173,9 @@ def _forget_kernels() -> None:
 def _heal_cache() -> None:
     """Delete the kernels' numba cache files (index and data) wherever they can be found.
 
-    Only normlab's own files: beside the package, every ``.nbi`` / ``.nbc``; under
-    ``NUMBA_CACHE_DIR`` (which other projects' numba caches may share) only the files of
-    normlab's kernel modules, in numba's per-source-folder ``kernels_<hash>`` folders.
+    Only normlab's own files: beside the package, every `.nbi` / `.nbc`; under
+    `NUMBA_CACHE_DIR` (which other projects' numba caches may share) only the files of
+    normlab's kernel modules, in numba's per-source-folder `kernels_<hash>` folders.
     """
     kernels = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
     stems = [os.path.splitext(os.path.basename(f))[0]
@@ -192,7 +195,7 @@ def _heal_cache() -> None:
 
 
 def _held_elsewhere(lock: Any) -> bool:
-    """True when another thread holds ``lock`` (an RLock its owner may re-enter)."""
+    """True when another thread holds `lock` (an RLock its owner may re-enter)."""
     if lock.acquire(blocking=False):
         lock.release()
         return False
@@ -206,7 +209,7 @@ def _after_fork_in_child() -> None:
     kernels are imported, numba's compiler lock while a kernel compiles or loads from the
     cache) stay held there for ever: any kernel load or compile in the child would wait on
     them. Such a child never touches the kernels. A child forked while other threads only
-    run compiled kernels keeps them (serially, see :mod:`normlab.kernels._adapt`), so its
+    run compiled kernels keeps them (serially, see [normlab.kernels._adapt][]), so its
     results are the parent's, bit for bit.
     """
     global _LOCK
@@ -222,7 +225,7 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _import_kernels() -> None:
-    """Import numba (through :mod:`normlab.kernels`) and every kernel that ``KERNELS`` names."""
+    """Import numba (through [normlab.kernels][]) and every kernel that `KERNELS` names."""
     importlib.import_module("normlab.kernels")  # ImportError here: no numba
     for name, target in KERNELS.items():
         module, function = target.split(":")
@@ -261,7 +264,7 @@ def _recover_import(exc: BaseException) -> bool:
 
 
 def kernel(name: str) -> Callable[..., Any] | None:
-    """The compiled kernel registered for ``name``, or None when the reference must run."""
+    """The compiled kernel registered for `name`, or None when the reference must run."""
     if backend() == "numpy" or name in _DISABLED:
         return None
     if not (_STATE["available"] if _STATE["loaded"] else _load()):  # no lock once loaded
@@ -296,9 +299,9 @@ def _call_kernel(name: str, fn: Callable[..., Any], args: tuple[Any, ...]) -> An
 
 
 def dispatch(name: str, ref: Callable[..., Any], *args: Any) -> Any:
-    """Run the kernel registered under ``name`` when it serves ``args``, else ``ref(*args)``.
+    """Run the kernel registered under `name` when it serves `args`, else `ref(*args)`.
 
-    ``args`` are the validated arguments of ``ref``. NaN/inf inputs and float32 overflow
+    `args` are the validated arguments of `ref`. NaN/inf inputs and float32 overflow
     produce NaN/inf in the affected rows without NumPy warnings, on both paths.
 
     Example

@@ -1,13 +1,16 @@
 """The recipe differential harness: NumPy function, torch function, QuantLinear operand, oracle.
 
-For a recipe and an input kind, ``operand_mismatches`` builds a real ``QuantLinear`` and
+For a recipe and an input kind, `operand_mismatches` builds a real `QuantLinear` and
 collects the six operands its three GEMMs multiply (x, W in forward; dy, W in dgrad; dy,
-x in wgrad, each blocked along that GEMM's contraction), computes the same six with the
-public NumPy functions of ``normlab.precision``, the public torch functions of
-``normlab.torch`` and the independent oracles of ``recipe_oracles``, and returns every
-bitwise difference (float32 bit patterns, NaN included: tolerance 0). For delayed scaling,
-``delayed_mismatches`` runs an amax trace through three NumPy ``Fp8Meta``, three torch
-``Fp8Meta``, the layer and the oracle, and compares operands, scales and histories after
+x in wgrad, each blocked along that GEMM's contraction; wgrad's x decoded from the codes
+the forward saved), computes the same six with the public NumPy functions of
+`normlab.precision`, the public torch functions of `normlab.torch` and the independent
+oracles of `recipe_oracles`, and returns every bitwise difference (float32 bit patterns,
+NaN included: tolerance 0). The layer runs twice, through the CPU fast path (numba
+operand kernels, "quantlinear") and through the recipes' shared arithmetic in torch ops
+("quantlinear_torch"), as a float32 or a bfloat16 model. For delayed scaling,
+`delayed_mismatches` runs an amax trace through three NumPy `Fp8Meta`, three torch
+`Fp8Meta`, the layer and the oracle, and compares operands, scales and histories after
 every step. An empty list means the four agree; the planted-bug tests expect a non-empty
 one.
 """
@@ -22,6 +25,7 @@ import recipe_oracles as oracle
 import torch
 
 import normlab.torch as nt
+from normlab import _backend
 from normlab.precision import (
     Bf16Recipe,
     BlockwiseFp8Recipe,
@@ -121,22 +125,37 @@ def _diff(name: str, paths: dict[str, object]) -> list[str]:
     return out
 
 
-def _layer(recipe: object, w: np.ndarray) -> QuantLinear:
-    layer = QuantLinear(w.shape[1], w.shape[0], recipe=recipe)
+def _layer(recipe: object, w: np.ndarray, dtype: torch.dtype = torch.float32) -> QuantLinear:
+    layer = QuantLinear(w.shape[1], w.shape[0], recipe=recipe, dtype=dtype)
     with torch.no_grad():
-        layer.weight.copy_(torch.from_numpy(w))
+        layer.weight.copy_(_tensor(w, dtype))  # a copy within one dtype keeps the bits
     return layer.train()
 
 
+def _tensor(a: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
+    """`a` as a tensor of `dtype`; bfloat16 from ml_dtypes' bits (`a` holds bfloat16 values
+    already; torch's own cast turns NaN into a negative NaN)."""
+    if dtype == torch.bfloat16:
+        bits = np.ascontiguousarray(a, np.float32).astype(ml_dtypes.bfloat16).view(np.int16)
+        return torch.from_numpy(bits).view(torch.bfloat16)
+    return torch.from_numpy(np.ascontiguousarray(a, np.float32)).to(dtype)
+
+
 def layer_operands(layer: QuantLinear, x, w, dy) -> dict[str, torch.Tensor]:
-    """The six operands QuantLinear's GEMMs multiply (one forward and one backward)."""
-    xt, wt, dyt = (torch.from_numpy(a) for a in (x, w, dy))
-    qx, qw = forward_operands(layer, xt, wt)
-    per_tensor = isinstance(layer.recipe, (Bf16Recipe, Fp8CurrentRecipe, Fp8DelayedRecipe))
-    a, b = (qx, qw) if per_tensor else (xt, wt)
-    dy_n, w_n, dy_m, x_m = backward_operands(layer, dyt, a, b, per_tensor=per_tensor)
+    """The six operands QuantLinear's GEMMs multiply (one forward and one backward), the
+    operands in the layer's dtype; wgrad_x is decoded from what the forward saved."""
+    dtype = layer.weight.dtype
+    xt, wt, dyt = (_tensor(a, dtype) for a in (x, w, dy))
+    qx, qw, saved, w_scale = forward_operands(layer, xt, wt)
+    dy_n, w_n, dy_m, x_m = backward_operands(layer, dyt, wt, saved, w_scale)
     return {"fwd_x": qx, "fwd_w": qw, "dgrad_dy": dy_n, "dgrad_w": w_n, "wgrad_dy": dy_m,
             "wgrad_x": x_m}
+
+
+def _bf16_values(a: np.ndarray) -> np.ndarray:
+    """float32 `a` rounded to bfloat16 (to nearest even) and widened back: a bf16 model's
+    values (NaN and inf stay)."""
+    return a.astype(ml_dtypes.bfloat16).astype(np.float32)
 
 
 def _rht(a: np.ndarray, seed: int) -> np.ndarray:
@@ -192,15 +211,26 @@ def _per_slot(recipe, a: np.ndarray, role: str, axis: int, seed: int | None):
     return {"numpy": tuple(back_n), "torch": tuple(back_t), "oracle": want}
 
 
-def operand_mismatches(recipe_name: str, kind: str) -> list[str]:
-    """Every difference among the four paths, over the six operands (empty: they agree)."""
+def operand_mismatches(recipe_name: str, kind: str, dtype: str = "float32") -> list[str]:
+    """Every difference among the paths, over the six operands (empty: they agree).
+
+    QuantLinear runs twice: "quantlinear" as it runs (on the CPU, the numba operand
+    kernels), "quantlinear_torch" with `NORMLAB_BACKEND=numpy` semantics (the recipes'
+    shared arithmetic in torch ops, the path of other devices). `dtype="bfloat16"` feeds
+    the layers a bfloat16 model's operands (the inputs rounded to bfloat16); the NumPy,
+    torch and oracle paths see their float32 values.
+    """
     recipe = RECIPES[recipe_name]
-    x = make_input(kind, (M, K), 1)
-    w = make_input(kind, (N, K), 2)
-    dy = make_input(kind, (M, N), 3)
-    layer = _layer(recipe, w)
+    x, w, dy = (make_input(kind, shape, seed) for shape, seed in
+                (((M, K), 1), ((N, K), 2), ((M, N), 3)))
+    torch_dtype = getattr(torch, dtype)
+    if dtype == "bfloat16":
+        x, w, dy = (_bf16_values(a) for a in (x, w, dy))
+    layer = _layer(recipe, w, torch_dtype)
     counter = layer.rounding_step  # the stochastic streams the backward will use
     got = layer_operands(layer, x, w, dy)
+    with _backend.use_backend("numpy"):
+        generic = layer_operands(_layer(recipe, w, torch_dtype), x, w, dy)
     seeds: dict[str, int | None] = {}
     if isinstance(recipe, NVFP4Recipe) and recipe.stochastic_gradients:
         seeds = {"dgrad_dy": stream_seed(layer.seed, counter, 0),
@@ -214,7 +244,8 @@ def operand_mismatches(recipe_name: str, kind: str) -> list[str]:
         paths = _per_slot(recipe, a, role, axis, seeds.get(slot))
         name = f"{recipe_name}/{kind}/{slot}"
         out += _diff(name, {"oracle": paths["oracle"][0], "numpy": paths["numpy"][0],
-                            "torch": paths["torch"][0], "quantlinear": got[slot]})
+                            "torch": paths["torch"][0], "quantlinear": got[slot],
+                            "quantlinear_torch": generic[slot]})
         out += _diff(f"{name} elements", {p: v[1] for p, v in paths.items()})
     return out
 

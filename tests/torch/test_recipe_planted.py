@@ -11,6 +11,7 @@ fused one; an MX operand that stays finite for a block holding an infinity).
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -28,9 +29,10 @@ from normlab.precision import (  # noqa: E402
     scales,
 )
 from normlab.precision.namespace import F32_MAX, NUMPY, ArrayNamespace  # noqa: E402
-from normlab.torch import _gemm  # noqa: E402
+from normlab.torch import _gemm, _operand_ops  # noqa: E402
 from normlab.torch import _operands as ops  # noqa: E402
 from normlab.torch import scaling as tscaling  # noqa: E402
+from normlab.torch._fastround import round_elements  # noqa: E402
 from normlab.torch.namespace import TORCH, TorchNamespace  # noqa: E402
 
 FUSED = Fp8DelayedRecipe(amax_history_len=4, reduce_amax=False)
@@ -244,9 +246,57 @@ def test_layer_hadamard_of_another_seed(monkeypatch):
 
 
 def test_layer_stochastic_streams_swapped(monkeypatch):
-    real = _gemm.stream_seed
-    monkeypatch.setattr(_gemm, "stream_seed", lambda s, c, which: real(s, c, 1 - which))
+    real = _operand_ops.stream_seed
+    monkeypatch.setattr(_operand_ops, "stream_seed", lambda s, c, which: real(s, c, 1 - which))
     assert diff.operand_mismatches("nvfp4", "spread")
+
+
+# --- the CPU fast path (numba operand kernels) against the shared arithmetic ----------
+def test_fast_path_block_amax_doubled(monkeypatch):
+    # only the fast path is wrong: the layer's CPU operands differ from every other path,
+    # its torch-ops twin ("quantlinear_torch") agrees with the references
+    from normlab.kernels import operand as kop
+
+    real = kop._amax
+    monkeypatch.setattr(kop, "_amax", lambda xb, ra, rb: real(xb, ra, rb) * np.float32(2))
+    mismatches = diff.operand_mismatches("mx_e4m3_e5m2", "spread")
+    assert mismatches and all(": quantlinear !=" in m for m in mismatches), mismatches
+
+
+def test_fast_path_saved_codes_decoded_wrong(monkeypatch):
+    # the decode loop off by one ulp: only wgrad's x (decoded from the saved codes) differs
+    from normlab.kernels import operand as kop
+    from normlab.kernels import operand_jit
+
+    real = kop.launch
+
+    def off(kern, n, *args):
+        done = real(kern, n, *args)
+        if kern is operand_jit.decode_blocks:
+            args[-1].reshape(-1).view(np.uint32)[0] ^= np.uint32(1)
+        return done
+
+    monkeypatch.setattr(kop, "launch", off)
+    for name in ("current", "nvfp4_plain", "bf16"):
+        mismatches = diff.operand_mismatches(name, "spread")
+        assert mismatches and all("/wgrad_x: quantlinear !=" in m for m in mismatches), \
+            mismatches
+
+
+def test_fast_path_bf16_read_as_its_upper_half(monkeypatch):
+    # a bfloat16 model's operands widened wrongly (bits shifted by 15, not 16) in the view
+    from normlab.torch import _operand_ops as oo
+
+    real = oo._numpy_view
+
+    def wrong(t):
+        v = real(t)
+        if v is None or t.dtype != torch.bfloat16:
+            return v
+        return (np.asarray(v).view(np.int16) >> 1).view(v.dtype)
+
+    monkeypatch.setattr(oo, "_numpy_view", wrong)
+    assert diff.operand_mismatches("current", "spread", "bfloat16")
 
 
 # --- the two bugs of the old QuantLinear copy -----------------------------------------
@@ -266,7 +316,7 @@ def test_old_layer_mx_operand_finite_for_an_infinity(monkeypatch):
         amax = b.abs().amax(dim=-1, keepdim=True)
         _, ex = torch.frexp(torch.where(amax > 0, amax, torch.ones_like(amax)))
         e = torch.where(amax > 0, ex - 1 - fmt.emax, torch.full_like(ex, -127)).clamp(-127, 127)
-        q = ops.round_elements(torch.ldexp(b, -e), fmt, saturate=True)
+        q = round_elements(torch.ldexp(b, -e), fmt, saturate=True)
         return torch.ldexp(q, e).reshape(b.shape[0], -1)[:, :n].movedim(-1, axis)
     monkeypatch.setattr(ops, "mx_blocks", old_mx_blocks)
     mismatches = diff.operand_mismatches("mx_e4m3_e5m2", "inf_block")

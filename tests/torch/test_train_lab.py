@@ -21,6 +21,7 @@ from normlab.lab.experiments import lowp_training as exp  # noqa: E402
 from normlab.lab.result import Settings  # noqa: E402
 from normlab.lab.runner import run_experiments  # noqa: E402
 from normlab.torch import _operands, recipes  # noqa: E402
+from normlab.torch._fastround import round_elements  # noqa: E402
 
 
 def _run(monkeypatch: pytest.MonkeyPatch, configs: tuple[str, ...]):
@@ -69,7 +70,7 @@ def test_detects_fp8_operands_left_scaled(monkeypatch: pytest.MonkeyPatch) -> No
     assert "scale_inv not applied" in exp.DETECTS[0]
 
     def left_scaled(t, fmt, scale):
-        return _operands.round_elements(t * scale, fmt, saturate=True)
+        return round_elements(t.to(torch.float32) * scale, fmt, saturate=True)
 
     monkeypatch.setattr(_operands, "per_tensor", left_scaled)
     outcome = _run(monkeypatch, ("bf16", "fp8_current"))

@@ -1,8 +1,8 @@
 """QuantLinear's operands equal the dequantised NumPy recipes bit for bit (tolerance 0).
 
 Each test feeds the same float32 input (and, for stochastic NVFP4, the same seed) to the
-operand path of a real :class:`QuantLinear` (``quantize_operand``) and to the NumPy recipe
-of :mod:`normlab.precision`, and compares the float32 bit patterns. Inputs span 16 binades
+operand path of a real `QuantLinear` (`quantize_operand`) and to the NumPy recipe
+of [normlab.precision][], and compares the float32 bit patterns. Inputs span 16 binades
 so block scales differ, with a zero block and lengths that are not block multiples.
 """
 
@@ -23,7 +23,7 @@ from normlab.precision import (  # noqa: E402
     quantize_current_scaling,
 )
 from normlab.torch import QuantLinear  # noqa: E402
-from normlab.torch._gemm import quantize_operand  # noqa: E402
+from normlab.torch._gemm import quantize_operand, stream_seed  # noqa: E402
 from normlab.torch.recipes import (  # noqa: E402
     BlockwiseFp8Recipe,
     Fp8CurrentRecipe,
@@ -49,15 +49,21 @@ def _layer(recipe: object) -> QuantLinear:
 
 
 def _operand(layer: QuantLinear, x: np.ndarray, role: str, axis: int,
-             seed: int | None = None) -> np.ndarray:
-    return quantize_operand(layer, torch.from_numpy(x), role, axis, seed).numpy()
+             step: int | None = None) -> np.ndarray:
+    """The layer's operand; with `step`, rounded stochastically by stream 0 of that step."""
+    t = torch.from_numpy(x)
+    if step is None:
+        return quantize_operand(layer, t, role, axis).numpy()
+    return quantize_operand(layer, t, role, axis, step=torch.tensor(step), which=0).numpy()
 
 
 @pytest.mark.parametrize("axis", [0, 1])
-@pytest.mark.parametrize("seed", [None, 12345])
-def test_nvfp4_1d_operand_is_numpy_nvfp4(axis: int, seed: int | None, rng) -> None:
+@pytest.mark.parametrize("step", [None, 12345])
+def test_nvfp4_1d_operand_is_numpy_nvfp4(axis: int, step: int | None, rng) -> None:
     x = _x(rng)
-    got = _operand(_layer(NVFP4Recipe()), x, "dy", axis, seed)
+    layer = _layer(NVFP4Recipe())
+    got = _operand(layer, x, "dy", axis, step)
+    seed = None if step is None else stream_seed(layer.seed, step, 0)
     mode = "nearest" if seed is None else "stochastic"
     want = nvfp4_quantize(x, axis=axis, rounding=mode, seed=seed).dequantize()
     np.testing.assert_array_equal(_bits(got), _bits(want))

@@ -1,8 +1,8 @@
 """The operand quantisers of QuantLinear against normlab's NumPy rounding and recipes.
 
 Every comparison is exact (tolerance 0): the fast paths must round exactly as
-``normlab.precision.quantize``, and the scaled operands must equal the dequantised NumPy
-recipes (``mx_quantize``, ``quantize_current_scaling``) bit for bit.
+`normlab.precision.quantize`, and the scaled operands must equal the dequantised NumPy
+recipes (`mx_quantize`, `quantize_current_scaling`) bit for bit.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from normlab.precision import (  # noqa: E402
 )
 from normlab.precision.hadamard import rht_matrix  # noqa: E402
 from normlab.torch import _operands as ops  # noqa: E402
+from normlab.torch._fastround import round_elements  # noqa: E402
+from normlab.torch._operand_ops import hadamard_rows  # noqa: E402
 
 FAST = ["bf16", "fp16", "e4m3", "e5m2", "fp4"]
 
@@ -49,7 +51,7 @@ def test_fast_rounding_is_quantize(fmt_name: str, saturate: bool, rng) -> None:
     fmt = get_format(fmt_name)
     with np.errstate(over="ignore", invalid="ignore"):
         want = quantize(x, fmt, saturate=saturate)
-    got = ops.round_elements(torch.from_numpy(x), fmt, saturate=saturate).numpy()
+    got = round_elements(torch.from_numpy(x), fmt, saturate=saturate).numpy()
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
 
 
@@ -86,8 +88,8 @@ def test_hadamard_is_orthogonal_and_cancels_in_the_product(rng) -> None:
     dy = torch.from_numpy(rng.standard_normal((40, 6)).astype(np.float32))
     x = torch.from_numpy(rng.standard_normal((40, 5)).astype(np.float32))
     m = torch.from_numpy(rht_matrix(16, 5).astype(np.float32))
-    hd, hx = ops.hadamard_rows(dy, m), ops.hadamard_rows(x, m)
+    hd, hx = hadamard_rows(dy, m), hadamard_rows(x, m)
     assert hd.shape == (48, 6)  # M padded to a multiple of 16
     torch.testing.assert_close(hd.t() @ hx, dy.t() @ x, rtol=1e-5, atol=1e-5)
-    eye = ops.hadamard_rows(torch.eye(16), m)
+    eye = hadamard_rows(torch.eye(16), m)
     torch.testing.assert_close(eye.t() @ eye, torch.eye(16), rtol=0, atol=1e-6)

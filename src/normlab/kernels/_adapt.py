@@ -24,11 +24,12 @@ whichever version and however many threads run.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import threading
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numba
@@ -45,6 +46,7 @@ __all__ = [
     "reduce_chunks",
     "rows_of",
     "same_dtype",
+    "serial",
     "vec",
 ]
 
@@ -54,6 +56,7 @@ FAST = {"reassoc", "contract"}
 FLOATS = (np.dtype(np.float32), np.dtype(np.float64))  # the dtypes kernels serve
 
 _STATE = {"forked": False, "parallel_ran": False, "layer_safe": False}
+_LOCAL = threading.local()  # .serial: this thread asked for serial launches only
 _LAUNCH_LOCK = threading.Lock()
 
 
@@ -92,7 +95,8 @@ def jit(fastmath: Any = False) -> Callable[[Callable[..., Any]], DualKernel]:
 
 def launch(kern: DualKernel, n_elements: int, *args: Any) -> Any:
     """Run `kern` on `args` serially or in parallel (the policy in the module header)."""
-    if n_elements < PARALLEL_MIN_ELEMENTS or _STATE["forked"]:
+    if n_elements < PARALLEL_MIN_ELEMENTS or _STATE["forked"] or getattr(_LOCAL, "serial",
+                                                                           False):
         return kern.serial(*args)
     _STATE["parallel_ran"] = True
     if _STATE["layer_safe"]:
@@ -101,6 +105,22 @@ def launch(kern: DualKernel, n_elements: int, *args: Any) -> Any:
         result = kern.parallel(*args)
         _STATE["layer_safe"] = numba.threading_layer() in ("omp", "tbb")
         return result
+
+
+@contextlib.contextmanager
+def serial() -> Iterator[None]:
+    """Run every `launch` of this thread serially inside the block.
+
+    For callers whose own thread budget is one, such as PyTorch under
+    `torch.set_num_threads(1)`: a parallel region there would wake the threading layer's
+    workers, which then compete with the caller's next operations for the cores.
+    """
+    before = getattr(_LOCAL, "serial", False)
+    _LOCAL.serial = True
+    try:
+        yield
+    finally:
+        _LOCAL.serial = before
 
 
 def same_dtype(x: np.ndarray, *others: np.ndarray | None) -> bool:

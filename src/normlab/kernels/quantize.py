@@ -64,7 +64,7 @@ def _bits(value: float, dtype: np.dtype, utype: Any) -> Any:
     return np.array(value, dtype=dtype).view(utype)[()]
 
 
-def _params(fmt: Format, mode: RoundingMode, saturate: bool, dtype: np.dtype) -> tuple:
+def round_params(fmt: Format, mode: RoundingMode, saturate: bool, dtype: np.dtype) -> tuple:
     """(m, emin, qbits, maxbits, ovf, flush_bits, inf_out, nan_keep, nan_out) for the kernels."""
     utype, F = _INPUT[dtype]
     m, emin = fmt.mantissa_bits, fmt.emin
@@ -100,7 +100,7 @@ def _same_range_as_float32(fmt: Format, mode: RoundingMode, dtype: np.dtype) -> 
     )
 
 
-def _narrow_nearest(fmt: Format, mode: RoundingMode, dtype: np.dtype) -> bool:
+def narrow_nearest_serves(fmt: Format, mode: RoundingMode, dtype: np.dtype) -> bool:
     """Whether `round_nearest_narrow` serves this call (float32 input, nearest-even).
 
     Any target with 1 <= m <= 22 mantissa bits and emin >= -126 (its normal range lies in
@@ -153,9 +153,9 @@ def _round_into(xb: np.ndarray, out: np.ndarray, x: np.ndarray, fmt: Format,
         cap = _bits(fmt.max if saturate else np.inf, x.dtype, utype)
         launch(jit.round_nearest_same_range, x.size, xb, out, utype(F - fmt.mantissa_bits), cap)
         return
-    args = (xb, out, *_params(fmt, mode, saturate, x.dtype))
+    args = (xb, out, *round_params(fmt, mode, saturate, x.dtype))
     n = x.size
-    if _narrow_nearest(fmt, mode, x.dtype):
+    if narrow_nearest_serves(fmt, mode, x.dtype):
         launch(jit.round_nearest_narrow, n, *args)
     elif mode is RoundingMode.STOCHASTIC:
         if random_bits is not None:

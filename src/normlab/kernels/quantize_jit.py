@@ -39,13 +39,19 @@ from numba import njit, prange
 from normlab.kernels._adapt import jit
 
 __all__ = [
+    "bit_consts",
     "fix_unsigned_or_zeroless",
+    "join_magnitude",
+    "narrow_consts",
+    "narrow_nearest",
     "round_away",
     "round_nearest",
     "round_nearest_narrow",
     "round_nearest_same_range",
     "round_stochastic",
     "round_zero",
+    "special_rules",
+    "split_magnitude",
     "splitmix64",
 ]
 
@@ -56,14 +62,14 @@ __all__ = [
 #   m, emin: target mantissa bits and smallest normal exponent
 #   qbits: bits of the target's smallest quantum 2^(emin - m) in the input format
 #   maxbits: bits of the target's largest finite value; a rounded magnitude above it
-#       overflows and becomes ``ovf`` (inf, NaN or max, chosen by the caller)
+#       overflows and becomes `ovf` (inf, NaN or max, chosen by the caller)
 #   flush_bits: rounded magnitudes below it become 0 (targets without subnormals; else 0)
 #   inf_out: written for an infinite input; nan_keep: 1 keeps an input NaN, 0 writes nan_out
 # The sign is put back last, so -0.0 and negative values keep it.
 
 
 @njit(inline="always")
-def _split(a, u, M, B, m, emin):
+def split_magnitude(a, u, M, B, m, emin):
     """(d, dc, n, rem, half) of the magnitude bits `a`: d discarded bits, dc = min(d, M+2).
 
     `u` is the unsigned type of the bits. Every intermediate is cast back to `u` (or
@@ -85,7 +91,7 @@ def _split(a, u, M, B, m, emin):
 
 
 @njit(inline="always")
-def _join(a, s, u, up, d, dc, M, infb, qbits, maxbits, ovf, flush_bits,
+def join_magnitude(a, s, u, up, d, dc, M, infb, qbits, maxbits, ovf, flush_bits,
           inf_out, nan_keep, nan_out):
     """Rebuild the rounded bits, then apply overflow, flush, inf and NaN rules; adds the sign."""
     r = u(u(u(a >> dc) + (u(1) if up else u(0))) << dc)
@@ -98,7 +104,7 @@ def _join(a, s, u, up, d, dc, M, infb, qbits, maxbits, ovf, flush_bits,
 
 
 @njit(inline="always")
-def _consts(xbits):
+def bit_consts(xbits):
     """(u, M, B, sign bit, infinity bits) of the input format of the bits array `xbits`.
 
     Derived from the item size, a compile-time constant, so LLVM folds the shifts.
@@ -116,13 +122,13 @@ def _consts(xbits):
 def round_nearest(xbits, out, m, emin, qbits, maxbits, ovf, flush_bits,
                   inf_out, nan_keep, nan_out):
     """Round to nearest, ties to even (the kept significand n stays even on a tie)."""
-    u, M, B, signbit, infb = _consts(xbits)
+    u, M, B, signbit, infb = bit_consts(xbits)
     for i in prange(xbits.shape[0]):
         s = u(xbits[i] & signbit)
         a = u(xbits[i] ^ s)
-        d, dc, n, rem, half = _split(a, u, M, B, m, emin)
+        d, dc, n, rem, half = split_magnitude(a, u, M, B, m, emin)
         up = (rem > half) | ((rem == half) & (half != u(0)) & (u(n & u(1)) == u(1)))
-        out[i] = _join(a, s, u, up, d, dc, M, infb, qbits, maxbits, ovf, flush_bits,
+        out[i] = join_magnitude(a, s, u, up, d, dc, M, infb, qbits, maxbits, ovf, flush_bits,
                        inf_out, nan_keep, nan_out)
 
 
@@ -134,7 +140,7 @@ def round_nearest_same_range(xbits, out, d, cap):
     the infinity bits (overflow and inf stay inf) or the target's max bits (saturate).
     A NaN input becomes the quiet NaN with its sign, payload dropped, as in the reference.
     """
-    u, M, _B, signbit, infb = _consts(xbits)
+    u, M, _B, signbit, infb = bit_consts(xbits)
     one = u(1)
     sh = u(d)
     low = u(u(one << sh) - one)  # the discarded bits
@@ -147,6 +153,39 @@ def round_nearest_same_range(xbits, out, d, cap):
         r = r if r < cap else cap
         r = qnan if a > infb else r
         out[i] = u(r | s)
+
+
+@njit(inline="always")
+def narrow_consts(m, emin):
+    """(sh, low, bias, minnorm, c) of `narrow_nearest` (float32 input)."""
+    u, M, B = np.uint32, 23, 127
+    one = u(1)
+    sh = u(M - m)
+    low = u(u(one << sh) - one)
+    bias = u(low >> one)
+    minnorm = u(u(emin + B) << u(M))  # bits of 2^emin
+    c = np.uint32(u(emin - m + M + B) << u(M)).view(np.float32)  # C = 2^(emin - m + 23)
+    return sh, low, bias, minnorm, c
+
+
+@njit(inline="always")
+def narrow_nearest(a, u, sh, low, bias, minnorm, c):
+    """The magnitude bits `a` (float32) rounded to nearest even, before the special rules
+    (see `round_nearest_narrow`)."""
+    one = u(1)
+    r_norm = u(u(u(a + bias) + u(u(a >> sh) & one)) & u(~low))
+    v = np.uint32(a).view(np.float32)
+    r_sub = np.float32(np.float32(v + c) - c).view(np.uint32)
+    return r_norm if a >= minnorm else u(r_sub)
+
+
+@njit(inline="always")
+def special_rules(a, r, u, infb, maxbits, ovf, flush_bits, inf_out, nan_keep, nan_out):
+    """Overflow, flush, infinity and NaN rules on the rounded magnitude `r` of `a`."""
+    r = ovf if r > maxbits else r
+    r = u(0) if r < flush_bits else r
+    r = inf_out if a == infb else r
+    return (a if nan_keep else nan_out) if a > infb else r
 
 
 @jit()
@@ -164,26 +203,15 @@ def round_nearest_narrow(xbits, out, m, emin, qbits, maxbits, ovf, flush_bits,
     23), C + |x| lies in [C, 2C), whose spacing is q, so the hardware's round-to-nearest-even
     gives C + n q with n even on a tie, and (C + |x|) - C = n q exactly. No fastmath: the
     addition and subtraction are kept as written. Overflow, flush, inf and NaN rules as in
-    `_join`.
+    [join_magnitude][normlab.kernels.quantize_jit.join_magnitude].
     """
-    u, M, B, signbit, infb = _consts(xbits)
-    one = u(1)
-    sh = u(M - m)
-    low = u(u(one << sh) - one)
-    bias = u(low >> one)
-    minnorm = u(u(emin + B) << u(M))  # bits of 2^emin
-    c = np.uint32(u(emin - m + M + B) << u(M)).view(np.float32)  # C = 2^(emin - m + 23)
+    u, _M, _B, signbit, infb = bit_consts(xbits)
+    sh, low, bias, minnorm, c = narrow_consts(m, emin)
     for i in prange(xbits.shape[0]):
         s = u(xbits[i] & signbit)
         a = u(xbits[i] ^ s)
-        r_norm = u(u(u(a + bias) + u(u(a >> sh) & one)) & u(~low))
-        v = np.uint32(a).view(np.float32)
-        r_sub = np.float32(np.float32(v + c) - c).view(np.uint32)
-        r = r_norm if a >= minnorm else u(r_sub)
-        r = ovf if r > maxbits else r
-        r = u(0) if r < flush_bits else r
-        r = inf_out if a == infb else r
-        r = (a if nan_keep else nan_out) if a > infb else r
+        r = narrow_nearest(a, u, sh, low, bias, minnorm, c)
+        r = special_rules(a, r, u, infb, maxbits, ovf, flush_bits, inf_out, nan_keep, nan_out)
         out[i] = u(r | s)
 
 
@@ -191,13 +219,13 @@ def round_nearest_narrow(xbits, out, m, emin, qbits, maxbits, ovf, flush_bits,
 def round_away(xbits, out, m, emin, qbits, maxbits, ovf, flush_bits,
                inf_out, nan_keep, nan_out):
     """Round to nearest, ties away from zero."""
-    u, M, B, signbit, infb = _consts(xbits)
+    u, M, B, signbit, infb = bit_consts(xbits)
     for i in prange(xbits.shape[0]):
         s = u(xbits[i] & signbit)
         a = u(xbits[i] ^ s)
-        d, dc, _n, rem, half = _split(a, u, M, B, m, emin)
+        d, dc, _n, rem, half = split_magnitude(a, u, M, B, m, emin)
         up = (rem >= half) & (half != u(0))
-        out[i] = _join(a, s, u, up, d, dc, M, infb, qbits, maxbits, ovf, flush_bits,
+        out[i] = join_magnitude(a, s, u, up, d, dc, M, infb, qbits, maxbits, ovf, flush_bits,
                        inf_out, nan_keep, nan_out)
 
 
@@ -205,12 +233,12 @@ def round_away(xbits, out, m, emin, qbits, maxbits, ovf, flush_bits,
 def round_zero(xbits, out, m, emin, qbits, maxbits, ovf, flush_bits,
                inf_out, nan_keep, nan_out):
     """Round toward zero (truncate the discarded bits; overflow gives `ovf`, usually max)."""
-    u, M, B, signbit, infb = _consts(xbits)
+    u, M, B, signbit, infb = bit_consts(xbits)
     for i in prange(xbits.shape[0]):
         s = u(xbits[i] & signbit)
         a = u(xbits[i] ^ s)
-        d, dc, _n, _rem, _half = _split(a, u, M, B, m, emin)
-        out[i] = _join(a, s, u, False, d, dc, M, infb, qbits, maxbits, ovf, flush_bits,
+        d, dc, _n, _rem, _half = split_magnitude(a, u, M, B, m, emin)
+        out[i] = join_magnitude(a, s, u, False, d, dc, M, infb, qbits, maxbits, ovf, flush_bits,
                        inf_out, nan_keep, nan_out)
 
 
@@ -234,18 +262,18 @@ def round_stochastic(xbits, out, m, emin, qbits, maxbits, ovf,
     w is words[i] (explicit uint64 bits) or splitmix64(seed + i) when `use_seed`; the
     counter is the flat C-order index, so the result does not depend on the thread count.
     """
-    u, M, B, signbit, infb = _consts(xbits)
+    u, M, B, signbit, infb = bit_consts(xbits)
     for i in prange(xbits.shape[0]):
         s = xbits[i] & signbit
         a = xbits[i] ^ s
-        d, dc, _n, rem, _half = _split(a, u, M, B, m, emin)
+        d, dc, _n, rem, _half = split_magnitude(a, u, M, B, m, emin)
         w = splitmix64(np.uint64(seed) + np.uint64(i)) if use_seed else words[i]
         r = np.uint64(rem)
         left = r << np.uint64(min(max(64 - d, 0), 63))  # rem / 2^d as a 0.64 fraction
         right = r >> np.uint64(min(max(d - 64, 0), 63))  # d > 64: truncated fraction
         r64 = left if d <= 64 else right
         up = r64 > ~w  # r64 + w >= 2^64
-        out[i] = _join(a, s, u, up, d, dc, M, infb, qbits, maxbits, ovf, flush_bits,
+        out[i] = join_magnitude(a, s, u, up, d, dc, M, infb, qbits, maxbits, ovf, flush_bits,
                        inf_out, nan_keep, nan_out)
 
 
@@ -257,7 +285,7 @@ def fix_unsigned_or_zeroless(xbits, out, minnorm, qnan, no_zero, unsigned):
     normal and a zero result becomes NaN (`no_zero`); a negative nonzero input becomes
     NaN, even when it would round to zero, and only NaN keeps a sign (`unsigned`).
     """
-    u, _M, _B, signbit, infb = _consts(xbits)
+    u, _M, _B, signbit, infb = bit_consts(xbits)
     for i in prange(xbits.shape[0]):
         s = xbits[i] & signbit
         a = xbits[i] ^ s

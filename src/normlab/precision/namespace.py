@@ -41,8 +41,8 @@ F32_MAX = float(np.finfo(np.float32).max)
 class ArrayNamespace:
     """The operations recipe arithmetic uses beyond Python operators (NumPy arrays here).
 
-    Dtypes are named by strings: `"float32"`, `"float64"`, `"int32"`, `"int64"`, `"uint8"`,
-    `"bool"`.
+    Dtypes are named by strings: `"float32"`, `"float64"`, `"int16"`, `"int32"`, `"int64"`,
+    `"uint8"`, `"bool"`.
     Elementwise functions, shapes, reductions and bit views call the array library `lib`,
     whose names NumPy and torch share; a subclass for another library sets `lib` and
     overrides the methods whose spelling differs (see `normlab.torch.namespace`).
@@ -58,8 +58,8 @@ class ArrayNamespace:
     name = "numpy"
     lib: Any = np
     _DTYPES: ClassVar[dict[str, Any]] = {
-        "float32": np.float32, "float64": np.float64, "int32": np.int32, "int64": np.int64,
-        "uint8": np.uint8, "bool": np.bool_}
+        "float32": np.float32, "float64": np.float64, "int16": np.int16, "int32": np.int32,
+        "int64": np.int64, "uint8": np.uint8, "bool": np.bool_}
 
     # --- dtypes and constants (spelled per library) -------------------------------------
     def astype(self, x: Any, dtype: str) -> Any:
@@ -112,6 +112,18 @@ class ArrayNamespace:
         if not any(widths):
             return x
         return np.pad(x, [(0, int(w)) for w in widths])
+
+    def constant(self, table: np.ndarray, like: Any) -> Any:
+        """A NumPy `table` (a lookup table of constants) as an array beside `like`."""
+        return table
+
+    def searchsorted(self, sorted_values: Any, x: Any) -> Any:
+        """The int64 index of the first entry of 1-D `sorted_values` that is `>= x`."""
+        return np.searchsorted(sorted_values, x).astype(np.int64)
+
+    def ordered(self, x: Any, order: str) -> Any:
+        """2-D `x` with its rows (`order="C"`) or its columns (`"F"`) contiguous."""
+        return np.asfortranarray(x) if order == "F" else np.ascontiguousarray(x)
 
     # --- the same spelling in NumPy and torch -------------------------------------------
     def bits32(self, x: Any) -> Any:

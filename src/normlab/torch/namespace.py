@@ -39,8 +39,8 @@ class TorchNamespace(ArrayNamespace):
     name = "torch"
     lib = torch
     _DTYPES: ClassVar[dict[str, Any]] = {
-        "float32": torch.float32, "float64": torch.float64, "int32": torch.int32,
-        "int64": torch.int64, "uint8": torch.uint8, "bool": torch.bool}
+        "float32": torch.float32, "float64": torch.float64, "int16": torch.int16,
+        "int32": torch.int32, "int64": torch.int64, "uint8": torch.uint8, "bool": torch.bool}
 
     def astype(self, x: Any, dtype: str) -> Any:
         return x.to(self._DTYPES[dtype])
@@ -49,7 +49,7 @@ class TorchNamespace(ArrayNamespace):
         return x.to(like.dtype)
 
     def work(self, x: Any) -> Any:
-        return x if x.dtype in (torch.float32, torch.float64) else x.to(torch.float32)
+        return x if x.dtype in (torch.float32, torch.float64) else _widen(x)
 
     def scalar(self, value: float, like: Any, dtype: str | None = None) -> Any:
         dt = like.dtype if dtype is None else self._DTYPES[dtype]
@@ -85,6 +85,15 @@ class TorchNamespace(ArrayNamespace):
             pads += [0, int(w)]
         return torch.nn.functional.pad(x, pads)
 
+    def constant(self, table: Any, like: Any) -> Any:
+        return torch.from_numpy(table).to(like.device)
+
+    def searchsorted(self, sorted_values: Any, x: Any) -> Any:
+        return torch.searchsorted(sorted_values, x.contiguous())
+
+    def ordered(self, x: Any, order: str) -> Any:
+        return x.t().contiguous().t() if order == "F" else x.contiguous()
+
     def quantize(self, x: Any, fmt: Any, *, saturate: bool, rounding: str = "nearest",
                  seed: int | None = None, random_bits: Any = None) -> Any:
         if rounding == "nearest" and random_bits is None and x.dtype == torch.float32:
@@ -97,6 +106,22 @@ class TorchNamespace(ArrayNamespace):
 
     def quiet(self) -> contextlib.AbstractContextManager[Any]:
         return contextlib.nullcontext()  # tensors never warn on inf or NaN
+
+
+@torch.library.custom_op("normlab::widen", mutates_args=())
+def _widen(x: torch.Tensor) -> torch.Tensor:
+    """`x` (a 16-bit float) as float32, exactly.
+
+    An op opaque to `torch.compile`: inductor computes a bfloat16 intermediate in float32
+    when it fuses its producer with a consumer, so a widening cast left to it could hand
+    the recipe arithmetic (an amax, say) values the stored bfloat16 tensor does not hold.
+    """
+    return x.to(torch.float32)
+
+
+@_widen.register_fake
+def _(x):
+    return torch.empty_like(x, dtype=torch.float32)
 
 
 TORCH = TorchNamespace()

@@ -132,7 +132,9 @@ class QuantLinear(torch.nn.Linear):
         self.amax_history: torch.Tensor | None = None  # 3,L  rows x, W, dy (delayed)
         self.scale: torch.Tensor | None = None  # 3  (delayed: next scales; current: last)
         self.pending = False  # amaxes recorded since the last scale update
-        self.rounding_step = 0  # counter of the stochastic-rounding streams (NVFP4)
+        # counter of the stochastic-rounding streams (NVFP4): a CPU tensor that the
+        # backward advances in place (traceable; reading it needs no device sync)
+        self.rounding_counter = torch.zeros((), dtype=torch.int64)
         if isinstance(r, Fp8DelayedRecipe):
             self.amax_history = torch.zeros(len(ROLES), r.amax_history_len, **f32)
         if isinstance(r, (Fp8DelayedRecipe, Fp8CurrentRecipe)):
@@ -217,10 +219,19 @@ class QuantLinear(torch.nn.Linear):
         """The base of this layer's stochastic-rounding streams."""
         return int(getattr(self.recipe, "seed", 0)) * 1_000_003 + self.seed_stream
 
-    def next_rounding_step(self) -> int:
+    @property
+    def rounding_step(self) -> int:
         """The counter of the next stochastic rounding (advances by one per backward)."""
+        return int(self.rounding_counter)
+
+    @rounding_step.setter
+    def rounding_step(self, value: int) -> None:
+        self.rounding_counter.fill_(int(value))
+
+    def next_rounding_step(self) -> int:
+        """The counter of the next stochastic rounding, which then advances by one."""
         step = self.rounding_step
-        self.rounding_step += 1
+        self.rounding_step = step + 1
         return step
 
     def delayed_quantize(self, t: torch.Tensor, index: int) -> torch.Tensor:
@@ -338,6 +349,7 @@ class QuantLinear(torch.nn.Linear):
             return self._empty(x)
         self.begin_forward()
         x2 = x.reshape(-1, self.in_features)  # M,K
-        y = QuantLinearFunction.apply(x2, self._gemm_weight(), self.bias, self)  # M,N
+        keep = torch.is_grad_enabled()  # a backward may follow: save its operands
+        y = QuantLinearFunction.apply(x2, self._gemm_weight(), self.bias, self, keep)  # M,N
         # a 2-D result is returned as it is, not as a view (FSDP2 warns about views)
         return y if x.dim() == 2 else y.reshape(*x.shape[:-1], self.out_features)

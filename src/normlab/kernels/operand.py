@@ -1,0 +1,210 @@
+"""Operand kernels: the numba side of [normlab.precision.operands][] (the adapter).
+
+Dimension letters: R, C the logical operand; A, B the array as it lies in memory (the
+operand, or its transpose when its columns are contiguous).
+
+Contract: `fake_operand`, `encode_operand` and `decode_operand` receive the reference's
+validated arguments (`normlab._backend.KERNELS` names them) and return the same values,
+dtypes, shapes and layout, or `NotImplemented` (input that is not a 2-D float32 or
+bfloat16 array with contiguous rows or columns, a format outside the loops' reach: more
+than 16 bits, no zero or sign, "fnuz" NaNs, stochastic rounding other than NVFP4's).
+
+What runs: block amaxes in one read-only pass over the operand's bits (bfloat16 read in
+place), the recipe's scale rule on the small block grid through the shared functions
+([normlab.precision.block_scales][], [normlab.precision.recipe_core][], NumPy namespace:
+the same code the reference runs), then one pass that multiplies, rounds, encodes and
+dequantises each element (`operand_jit.encode_blocks`). Blocks are views of the operand's
+memory: a block along the contiguous axis is a run of it, a block across it a column
+stripe; nothing is padded or copied, and a transposed operand is read as it lies.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from normlab.kernels import block_scale_jit, operand_jit
+from normlab.kernels._adapt import launch
+from normlab.kernels.quantize import narrow_nearest_serves, round_params
+from normlab.precision import block_scales
+from normlab.precision import recipe_core as core
+from normlab.precision.formats import FLOAT8_E4M3FN, Format, NanConvention
+from normlab.precision.modes import RoundingMode
+from normlab.precision.namespace import F32_MAX, NUMPY
+from normlab.precision.operand_codes import Encoded, code_tables, element_codes, stores_codes
+from normlab.precision.operands import OperandSpec
+
+__all__: list[str] = []
+
+_F32 = np.dtype(np.float32)
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+_EMPTY_F = np.zeros((0, 0), np.float32)
+_EMPTY_U8 = np.zeros((0, 0), np.uint8)
+
+
+def _serves(fmt: Format) -> bool:
+    """Formats the loops encode: codes of 16 bits or fewer, a sign and a zero, not "fnuz",
+    in the reach of the float32 nearest-even trick."""
+    return (stores_codes(fmt) and fmt.nan is not NanConvention.FNUZ
+            and narrow_nearest_serves(fmt, RoundingMode.NEAREST, _F32))
+
+
+def _physical(x: Any) -> tuple[np.ndarray, bool] | None:
+    """(x's bits as they lie, shape (A, B); whether that is x transposed) or None."""
+    if not isinstance(x, np.ndarray) or x.ndim != 2 or x.dtype not in (_F32, _BF16):
+        return None
+    bits = np.uint32 if x.dtype == _F32 else np.uint16
+    if x.flags.c_contiguous:
+        return x.view(bits), False
+    if x.flags.f_contiguous:
+        return x.T.view(bits), True
+    return None
+
+
+def _amax(xb: np.ndarray, ra: int, rb: int) -> np.ndarray:
+    """float32 max |x| over each (ra, rb) block of the bits `xb` (A, B); NaN wins."""
+    A, B = xb.shape
+    mask = xb.dtype.type(2 ** (8 * xb.itemsize - 1) - 1)
+    nA, nB = -(-A // ra), -(-B // rb)
+    out = np.empty((nA, nB), xb.dtype)
+    if rb == 1 and ra > 1:
+        launch(operand_jit.amax_cols, xb.size, xb, ra, mask, out)
+    else:
+        launch(block_scale_jit.amax_bits, xb.size, xb.reshape(1, A, B), ra, rb, mask,
+               out.reshape(1, nA, nB))
+    if xb.itemsize == 2:
+        return (out.astype(np.uint32) << np.uint32(16)).view(np.float32)
+    return out.view(np.float32)
+
+
+def _grid(a: np.ndarray) -> np.ndarray:
+    return np.asarray(a, dtype=np.float32).reshape(a.shape if a.ndim == 2 else (1, 1)).copy()
+
+
+def _factors(xb: np.ndarray, block: tuple[int, int], spec: OperandSpec,
+             scale: Any) -> tuple[np.ndarray, np.ndarray, np.float32, Any, Any]:
+    """(mul, d1, d2, scales, tensor_scale) on the memory grid; `scales` as the reference
+    keeps them (before orientation)."""
+    one = np.ones((1, 1), np.float32)
+    if spec.kind == "round":
+        return one, one, np.float32(1.0), None, None
+    if spec.kind == "tensor":
+        s = np.asarray(scale, np.float32)
+        inv = np.float32(1.0) / s
+        return _grid(s), _grid(inv), np.float32(1.0), inv, None
+    amax = _amax(xb, *block)
+    with NUMPY.quiet():
+        if spec.kind == "mx":
+            codes = block_scales.mx_scale_codes(amax, spec.fmt, spec.rule, xp=NUMPY)
+            bad = codes == block_scales.MX_NAN_CODE
+            mul = np.ldexp(np.float32(1.0), np.where(bad, 0, 127 - codes)).astype(np.float32)
+            d1 = core.e8m0_values(codes, xp=NUMPY)
+            return mul, d1, np.float32(1.0), codes.astype(np.uint8), None
+        if spec.kind == "nvfp4":
+            s_b, e_b, s_dec = block_scales.nvfp4_scales(
+                amax, core.tensor_amax(amax, xp=NUMPY), xp=NUMPY)
+            return _grid(e_b), _grid(s_b), np.float32(s_dec), s_b, np.float32(s_dec)
+        s = block_scales.blockwise_scales(amax, spec.fmt, epsilon=spec.epsilon,
+                                          power_of_2_scales=spec.pow2,
+                                          value_for_inf=F32_MAX, xp=NUMPY)
+        inv = np.float32(1.0) / s
+        return _grid(s), _grid(inv), np.float32(1.0), inv, None
+
+
+def _logical_scales(scales: Any, spec: OperandSpec, transposed: bool) -> Any:
+    """Memory-grid scales in the reference's layout: the logical grid (blockwise 1-D tiles
+    along axis 0: the grid of the transposed operand), E4M3 codes for NVFP4."""
+    if scales is None or np.ndim(scales) == 0:
+        return scales
+    flip = transposed != (spec.kind == "block" and not spec.tile and spec.axis == 0)
+    out = np.ascontiguousarray(scales.T if flip else scales)
+    if spec.kind == "nvfp4":
+        out = element_codes(out, FLOAT8_E4M3FN, NUMPY)
+    return out
+
+
+def _run(x: Any, spec: OperandSpec, scale: Any, seed: int | None, order: str,
+         values: bool, codes: bool) -> tuple[np.ndarray, np.ndarray, Any, Any] | None:
+    """The encode pass: (values, codes, scales, tensor_scale), or None to decline."""
+    phys = _physical(x)
+    if phys is None or not _serves(spec.fmt) or (seed is not None and spec.kind != "nvfp4"):
+        return None
+    xb, transposed = phys
+    A, B = xb.shape
+    r, c = spec.block
+    block = (A, B) if (r, c) == (0, 0) else ((c, r) if transposed else (r, c))
+    mul, d1, d2, scales, tensor_scale = _factors(xb, block, spec, scale)
+    flip = transposed != (order == "F")
+    stored = (B, A) if flip else (A, B)
+    fmt = spec.fmt
+    params = round_params(fmt, RoundingMode.NEAREST, spec.kind != "round", _F32)
+    if values:
+        vo = np.empty(stored, np.float32)
+        wa, wb = (1, A) if transposed else (B, 1)
+        launch(operand_jit.fake_blocks, xb.size, xb, block[0], block[1], mul, d1, d2,
+               *params, seed is not None,
+               np.uint64(0 if seed is None else seed % 2**64), wa, wb, flip, vo)
+        co = _EMPTY_U8
+    else:
+        packed = spec.kind == "nvfp4"
+        cshape = (stored[0], -(-stored[1] // 2)) if packed else stored
+        co = np.zeros(cshape, np.uint8 if fmt.bits <= 8 else np.int16)
+        t = code_tables(fmt)
+        m, emin, _q, maxbits, ovf, flush, inf_out, nan_keep, nan_out = params
+        launch(operand_jit.encode_blocks, xb.size, xb, block[0], block[1], mul, d1, m, emin,
+               maxbits, ovf, flush, inf_out, nan_keep, nan_out, 127 - fmt.bias,
+               np.float32(2.0**fmt.emin).view(np.uint32),
+               fmt.emin - fmt.mantissa_bits + 150, t.nan_code, t.inf_code, t.sign_bit, flip,
+               packed, co)
+        vo = _EMPTY_F
+    out_v = vo if order == "C" else vo.T
+    return out_v, co, _logical_scales(scales, spec, transposed), tensor_scale
+
+
+def fake_operand(x: Any, spec: OperandSpec, scale: Any, seed: int | None, order: str) -> Any:
+    """Kernel of the reference `fake_operand`."""
+    done = _run(x, spec, scale, seed, order, values=True, codes=False)
+    return NotImplemented if done is None else done[0]
+
+
+def encode_operand(x: Any, spec: OperandSpec, scale: Any, order: str) -> Any:
+    """Kernel of the reference `encode_operand`."""
+    done = _run(x, spec, scale, None, order, values=False, codes=True)
+    if done is None:
+        return NotImplemented
+    _, co, scales, tensor_scale = done
+    return Encoded(co, scales, tensor_scale)
+
+
+def decode_operand(enc: Encoded, spec: OperandSpec, shape: tuple[int, int], order: str) -> Any:
+    """Kernel of the reference `decode_operand`."""
+    co = enc.codes
+    if (not isinstance(co, np.ndarray) or co.ndim != 2 or not co.flags.c_contiguous
+            or not _serves(spec.fmt)):
+        return NotImplemented
+    R, C = shape
+    stored = (C, R) if order == "F" else (R, C)
+    r, c = spec.block
+    block = stored if (r, c) == (0, 0) else ((c, r) if order == "F" else (r, c))
+    one = np.ones((1, 1), np.float32)
+    d2 = np.float32(1.0)
+    if spec.kind == "round":
+        d1 = one
+    elif spec.kind == "tensor":
+        d1 = _grid(np.asarray(enc.scales))
+    else:
+        if spec.kind == "mx":
+            grid = core.e8m0_values(enc.scales, xp=NUMPY)
+        elif spec.kind == "nvfp4":
+            grid = code_tables(FLOAT8_E4M3FN).values[enc.scales]
+            d2 = np.float32(enc.tensor_scale)
+        else:
+            grid = enc.scales
+        logical = grid.T if (spec.kind == "block" and not spec.tile and spec.axis == 0) else grid
+        d1 = _grid(logical.T if order == "F" else logical)
+    vo = np.empty(stored, np.float32)
+    launch(operand_jit.decode_blocks, vo.size, co, block[0], block[1],
+           code_tables(spec.fmt).values, d1, d2, spec.kind == "nvfp4", vo)
+    return vo if order == "C" else vo.T

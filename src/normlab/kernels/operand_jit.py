@@ -1,0 +1,254 @@
+"""The compiled loops of the operand kernels (numba): scale, round, encode, decode by blocks.
+
+Dimension letters: A, B the rows and columns of the operand as it lies in memory (the
+logical operand or its transpose), ra x rb one block there, nA = ceil(A / ra),
+nB = ceil(B / rb) the block grid.
+
+Arguments every loop shares:
+  xb (A, B) uint32 or uint16: the bits of float32 or bfloat16 input (bfloat16 widens
+      exactly: its bits are the high half of the float32's).
+  mul (nA, nB) float32: the factor each block is multiplied by before rounding.
+  d1 (nA, nB) float32, d2 float32: the dequantised value is `(e * d1) * d2` for the
+      rounded element e (d2 = 1 except for NVFP4: a product by 1 changes no bits); a NaN
+      d1 marks a NaN block, whose values are the quiet NaN 0x7FC00000 and whose codes
+      are `nanc`.
+  rounding: the integer parameters of `normlab.kernels.quantize.round_params` (float32,
+      saturating or not, as the recipe says) and, for stochastic rounding, `seed` and the
+      word strides (wa, wb): element (a, b) takes the word splitmix64(seed + a wa + b wb),
+      its index in the logical operand's flattened C order.
+  encoding (see `_encode`): `ebias` = 127 - the format's bias, `m`, `minnorm` (bits of its
+      smallest normal), `sub_shift` = emin - m + 150, `nanc` / `infc` the codes of +NaN /
+      +inf, `sbit` the sign's position.
+Outputs: values `vo` or codes `co`, in xb's orientation (A, B) or transposed (B, A)
+(`flip`), codes two per byte along the output's last axis when `packed`. No fastmath:
+every product is the IEEE float32 product, as in the NumPy reference.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from normlab.kernels._adapt import jit
+from normlab.kernels.quantize_jit import (
+    join_magnitude,
+    narrow_consts,
+    narrow_nearest,
+    special_rules,
+    split_magnitude,
+    splitmix64,
+)
+
+__all__ = ["amax_cols", "decode_blocks", "encode_blocks", "fake_blocks"]
+
+_INF = np.uint32(0x7F800000)
+_SIGN = np.uint32(0x80000000)
+_GROUP = 32  # rows per parallel task: an even number (packed codes pair rows when flipped)
+
+
+@njit(inline="always")
+def _wide(xb, a, b):
+    """float32 bits of element (a, b): uint32 as it is, bfloat16's uint16 shifted up."""
+    if xb.itemsize == 2:
+        return np.uint32(np.uint32(xb[a, b]) << np.uint32(16))
+    return np.uint32(xb[a, b])
+
+
+@njit(inline="always")
+def _nearest(mag, s, maxbits, ovf, flush_bits, inf_out, nan_keep, nan_out, sh, low, bias,
+             mn, c):
+    """The float32 magnitude bits `mag` rounded to nearest even, the sign `s` put back."""
+    u = np.uint32
+    r0 = narrow_nearest(mag, u, sh, low, bias, mn, c)
+    return u(special_rules(mag, r0, u, _INF, maxbits, ovf, flush_bits, inf_out, nan_keep,
+                           nan_out) | s)
+
+
+@njit(inline="always")
+def _stochastic(mag, s, m, emin, qbits, maxbits, ovf, flush_bits, inf_out, nan_keep, nan_out,
+                word):
+    """`mag` rounded up iff the remainder's 0.64 fraction plus `word` reaches 2^64 (the
+    rule of `quantize_jit.round_stochastic`), the sign `s` put back."""
+    u = np.uint32
+    d, dc, _n, rem, _half = split_magnitude(mag, u, 23, 127, m, emin)
+    r = np.uint64(rem)
+    left = r << np.uint64(min(max(64 - d, 0), 63))
+    right = r >> np.uint64(min(max(d - 64, 0), 63))
+    r64 = left if d <= 64 else right
+    return join_magnitude(mag, s, u, r64 > ~word, d, dc, 23, _INF, qbits, maxbits, ovf,
+                          flush_bits, inf_out, nan_keep, nan_out)
+
+
+@njit(inline="always")
+def _encode(rb, ebias, m, minnorm, sub_shift, nanc, infc, sbit):
+    """The code of the rounded float32 bits `rb` (a value the format holds, or NaN/inf).
+
+    Normal values: the exponent rebiased and the top `m` mantissa bits. Below the format's
+    smallest normal the value is n 2^(emin - m) with n < 2^m: the float32 significand
+    (implicit bit included) shifted right by `sub_shift - max(E, 1)`, E the float32
+    exponent field. Every intermediate is cast back to uint32: numba widens 32-bit
+    integer arithmetic.
+    """
+    u = np.uint32
+    s = u(rb >> u(31))
+    a = u(rb & u(0x7FFFFFFF))
+    e = u(a >> u(23))
+    mmask = u(u(u(1) << u(m)) - u(1))
+    normal = u(u(u(e - u(ebias)) << u(m)) | u(u(a >> u(23 - m)) & mmask))
+    sig = u(u(a & u(0x7FFFFF)) | (u(0x800000) if e > u(0) else u(0)))
+    shift = np.int64(sub_shift) - np.int64(e if e > u(1) else u(1))
+    shift = shift if shift > 0 else np.int64(0)
+    sub = u(sig >> u(shift if shift < 31 else np.int64(31)))
+    code = normal if a >= minnorm else sub
+    code = u(infc) if a == _INF else code
+    code = u(nanc) if a > _INF else code
+    return u(code | u(s << u(sbit)))
+
+
+@njit(inline="always")
+def _factors(mul, d1, ba, rb, srow, frow):
+    """The per-column scale and dequantisation factor of block row `ba` (its grid values
+    spread over their blocks); `mul` may be a (1, 1) grid."""
+    B = srow.shape[0]
+    one = mul.shape[0] == 1 and mul.shape[1] == 1
+    for bb in range(d1.shape[1]):
+        s = mul[0, 0] if one else mul[ba, bb]
+        f = d1[ba, bb]
+        for b in range(bb * rb, min(B, (bb + 1) * rb)):
+            srow[b] = s
+            frow[b] = f
+
+
+@jit()
+def fake_blocks(xb, ra, rb, mul, d1, d2, m, emin, qbits, maxbits, ovf, flush_bits, inf_out,
+                nan_keep, nan_out, stochastic, seed, wa, wb, flip, vo):
+    """Scale, round and dequantise every element into `vo` ((A, B), or (B, A) if `flip`).
+
+    Arguments in the module header. Per row: its factors, then one branch-free loop over
+    the row (vectorised), then the row written out; one parallel task per `_GROUP` rows.
+    """
+    A, B = xb.shape
+    sh, low, bias, mn, c = narrow_consts(m, emin)
+    u = np.uint32
+    qnan = u(0x7FC00000).view(np.float32)
+    for g in prange(-(-A // _GROUP)):
+        srow = np.empty(B, np.float32)
+        frow = np.empty(B, np.float32)
+        vrow = np.empty(B, np.float32)
+        current = -1
+        for a in range(g * _GROUP, min(A, (g + 1) * _GROUP)):
+            if a // ra != current:  # a new row of blocks
+                current = a // ra
+                _factors(mul, d1, current, rb, srow, frow)
+            if stochastic:
+                for b in range(B):
+                    vb = np.float32(np.uint32(_wide(xb, a, b)).view(np.float32) * srow[b])
+                    bits = vb.view(np.uint32)
+                    s = u(bits & _SIGN)
+                    word = splitmix64(np.uint64(seed) + np.uint64(a * wa + b * wb))
+                    r = _stochastic(u(bits ^ s), s, m, emin, qbits, maxbits, ovf, flush_bits,
+                                    inf_out, nan_keep, nan_out, word)
+                    v = np.float32(np.float32(np.uint32(r).view(np.float32) * frow[b]) * d2)
+                    vrow[b] = qnan if frow[b] != frow[b] else v
+            else:
+                for b in range(B):
+                    vb = np.float32(np.uint32(_wide(xb, a, b)).view(np.float32) * srow[b])
+                    bits = vb.view(np.uint32)
+                    s = u(bits & _SIGN)
+                    r = _nearest(u(bits ^ s), s, maxbits, ovf, flush_bits, inf_out,
+                                 nan_keep, nan_out, sh, low, bias, mn, c)
+                    v = np.float32(np.float32(np.uint32(r).view(np.float32) * frow[b]) * d2)
+                    vrow[b] = qnan if frow[b] != frow[b] else v
+            if flip:
+                for b in range(B):
+                    vo[b, a] = vrow[b]
+            else:
+                for b in range(B):
+                    vo[a, b] = vrow[b]
+
+
+@jit()
+def encode_blocks(xb, ra, rb, mul, d1, m, emin, maxbits, ovf, flush_bits, inf_out,
+                  nan_keep, nan_out, ebias, minnorm, sub_shift, nanc, infc, sbit, flip,
+                  packed, co):
+    """Scale, round to nearest and encode every element into `co` ((A, B), or (B, A) if
+    `flip`; two codes per byte along the last axis if `packed`); a NaN block's codes are
+    `nanc`. Per row as `fake_blocks`; one parallel task per `_GROUP` rows (an even
+    number: packed pairs across rows are written by one task, the even row first)."""
+    A, B = xb.shape
+    sh, low, bias, mn, c = narrow_consts(m, emin)
+    u = np.uint32
+    for g in prange(-(-A // _GROUP)):
+        srow = np.empty(B, np.float32)
+        frow = np.empty(B, np.float32)
+        crow = np.empty(B + 1, np.uint32)
+        crow[B] = 0
+        current = -1
+        for a in range(g * _GROUP, min(A, (g + 1) * _GROUP)):
+            if a // ra != current:  # a new row of blocks
+                current = a // ra
+                _factors(mul, d1, current, rb, srow, frow)
+            for b in range(B):
+                vb = np.float32(np.uint32(_wide(xb, a, b)).view(np.float32) * srow[b])
+                bits = vb.view(np.uint32)
+                s = u(bits & _SIGN)
+                r = _nearest(u(bits ^ s), s, maxbits, ovf, flush_bits, inf_out, nan_keep,
+                             nan_out, sh, low, bias, mn, c)
+                code = _encode(r, ebias, m, minnorm, sub_shift, nanc, infc, sbit)
+                crow[b] = u(nanc) if frow[b] != frow[b] else code
+            if not packed:
+                if flip:
+                    for b in range(B):
+                        co[b, a] = crow[b]
+                else:
+                    for b in range(B):
+                        co[a, b] = crow[b]
+            elif flip:
+                half, shift = a >> 1, u(4 * (a & 1))
+                for b in range(B):
+                    co[b, half] = (co[b, half] | u(crow[b] << shift)) if shift else crow[b]
+            else:
+                for j in range(-(-B // 2)):
+                    co[a, j] = u(crow[2 * j] | u(crow[2 * j + 1] << u(4)))
+
+
+@jit()
+def decode_blocks(co, ra, rb, lut, d1, d2, packed, vo):
+    """`vo[a, b] = (lut[code] * d1) * d2` over the stored codes `co` (the quiet NaN in a
+    NaN block); codes, blocks and `vo` all in the stored orientation (A, B)."""
+    A, B = vo.shape
+    mask = len(lut) - 1
+    qnan = np.uint32(0x7FC00000).view(np.float32)
+    ones = np.ones((1, 1), np.float32)
+    for g in prange(-(-A // _GROUP)):
+        srow = np.empty(B, np.float32)
+        frow = np.empty(B, np.float32)
+        current = -1
+        for a in range(g * _GROUP, min(A, (g + 1) * _GROUP)):
+            if a // ra != current:
+                current = a // ra
+                _factors(ones, d1, current, rb, srow, frow)
+            for b in range(B):
+                if packed:
+                    code = np.int64((co[a, b >> 1] >> np.uint8(4 * (b & 1))) & np.uint8(15))
+                else:
+                    code = np.int64(co[a, b]) & mask
+                value = np.float32(np.float32(lut[code] * frow[b]) * d2)
+                vo[a, b] = qnan if frow[b] != frow[b] else value
+
+
+@jit()
+def amax_cols(xb, ra, mask, out):
+    """out[ba, b] = max over rows a of block ba of (xb[a, b] & mask): column blocks (ra, 1).
+
+    The integer max of sign-masked float bits is the max of |x| (a NaN above every number),
+    as [normlab.kernels.block_scale_jit.amax_bits][]; the loop runs along rows, which
+    vectorises.
+    """
+    A, B = xb.shape
+    for ba in prange(out.shape[0]):
+        for b in range(B):
+            out[ba, b] = 0
+        for a in range(ba * ra, min(A, (ba + 1) * ra)):
+            for b in range(B):
+                out[ba, b] = max(out[ba, b], xb[a, b] & mask)

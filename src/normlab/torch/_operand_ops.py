@@ -1,0 +1,364 @@
+"""The training GEMMs' quantisation and products as PyTorch custom ops, opaque to compilers.
+
+Dimension letters: M rows, K in_features, N out_features; R, C an operand's rows and columns.
+
+Why custom ops (`torch.library.custom_op`, each with a fake implementation for tracing):
+`torch.compile` sees each call as one opaque node with no graph break, and inductor cannot
+rewrite what is inside. Inductor's default code generation computes float32 -> bfloat16
+-> float32 cast pairs in float32 (the rounding vanishes), and it reduces a sum in its own
+order (a bias gradient's bits change), so left to inductor the Bf16 recipe returns
+unrounded products; inside an op, compiled runs execute the eager code and give eager's
+bits. Each op is also where the path is chosen:
+
+- CPU tensors of float32 or bfloat16 whose rows or columns are contiguous: a zero-copy
+  NumPy view (bfloat16 as its 16-bit patterns) through [normlab.precision.operands][],
+  which runs the numba operand kernels (one pass per operand, no float32 copy of a
+  bfloat16 input, blocks read where they lie);
+- anything else (other devices, other dtypes or layouts, `NORMLAB_BACKEND=numpy`, no
+  numba): the same functions on tensors (torch ops, the recipes' shared arithmetic).
+
+Both give the same bits (the differential suite checks every operand both ways). Outputs
+have fixed layouts: an operand's values and codes are stored rows-first ("C") or
+columns-first ("F") as the torch path of its recipe lays them out (`order_of`), so the
+GEMMs see the strides they always saw and the fake implementations know them.
+
+Stochastic rounding (NVFP4 gradients) draws from streams numbered by the layer's step
+counter, a CPU int64 tensor that `next_step` advances in place (a declared mutation, so
+compiled backward passes advance it too); the seed of each rounding is computed inside
+the op from the counter's value.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import torch
+
+from normlab import _backend
+from normlab.precision import operands as po
+from normlab.precision.hadamard import rht_apply
+from normlab.precision.namespace import NUMPY
+from normlab.precision.operand_codes import Encoded, stores_codes
+from normlab.torch._stochastic import splitmix64_int
+from normlab.torch.namespace import TORCH
+
+__all__ = [
+    "column_sum",
+    "decode",
+    "encode",
+    "fake",
+    "gemm",
+    "hadamard_rows",
+    "next_step",
+    "order_of",
+    "stream_seed",
+]
+
+_EMPTY = (0,)
+
+
+def stream_seed(stream: int, counter: int, which: int) -> int:
+    """A 63-bit seed for one stochastic rounding: `splitmix64(stream * 2^32 + 2 counter +
+    which) >> 1`, so distinct (layer, step, GEMM) streams start far apart."""
+    word = (int(stream) * 2**32 + 2 * int(counter) + int(which)) % 2**64
+    return splitmix64_int(word) >> 1  # Python ints: exact, unlike NumPy's uint64
+
+
+def order_of(spec: po.OperandSpec, rows_contiguous: bool) -> str:
+    """The layout ("C" or "F") of an operand's values: columns first for 1-D MX and NVFP4
+    blocks along axis 0 (their torch path computes along the moved axis), else the input's."""
+    if spec.kind in ("mx", "nvfp4") and not spec.tile and spec.axis == 0:
+        return "F"
+    return "C" if rows_contiguous else "F"
+
+
+def _rows_contiguous(t: torch.Tensor) -> bool:
+    return t.dim() != 2 or t.stride(1) == 1 or t.shape[1] == 1
+
+
+def _empty_2d(shape: tuple[Any, Any], order: str, dtype: torch.dtype,
+              device: Any) -> torch.Tensor:
+    r, c = shape
+    if order == "F":
+        return torch.empty((c, r), dtype=dtype, device=device).t()
+    return torch.empty((r, c), dtype=dtype, device=device)
+
+
+class _Memory:
+    """A tensor's memory as NumPy sees it (`__array_interface__`), the tensor kept alive.
+
+    Not `Tensor.numpy()`: that marks the tensor's storage as not resizable, and FSDP2
+    frees an unsharded parameter by resizing its storage to 0 after the forward.
+    """
+
+    def __init__(self, t: torch.Tensor, typestr: str) -> None:
+        self.tensor = t
+        size = t.element_size()
+        self.__array_interface__ = {
+            "shape": tuple(t.shape), "strides": tuple(size * s for s in t.stride()),
+            "typestr": typestr, "data": (t.data_ptr(), True), "version": 3}
+
+
+def _numpy_view(t: torch.Tensor) -> np.ndarray | None:
+    """A zero-copy, read-only NumPy view of a 2-D CPU float32 or bfloat16 tensor whose rows
+    or columns are contiguous (bfloat16 as ml_dtypes' bfloat16), or None."""
+    if t.device.type != "cpu" or t.dim() != 2 or t.dtype not in (torch.float32,
+                                                                 torch.bfloat16):
+        return None
+    if not (t.is_contiguous() or t.t().is_contiguous()) or t.numel() == 0:
+        return None
+    if t.dtype == torch.float32:
+        return np.asarray(_Memory(t.detach(), "<f4"))
+    return np.asarray(_Memory(t.detach(), "<i2")).view(ml_dtypes.bfloat16)
+
+
+def _fast(name: str) -> bool:
+    """Whether the numba kernel `name` is there to serve CPU views."""
+    return _backend.kernel(name) is not None
+
+
+def _threads() -> contextlib.AbstractContextManager[Any]:
+    """The kernels' thread budget: serial where torch runs on one thread (a parallel
+    region would wake numba's workers, which then compete with torch's next ops)."""
+    if torch.get_num_threads() > 1:
+        return contextlib.nullcontext()
+    from normlab.kernels._adapt import serial  # numba is there: `_fast` said so
+
+    return serial()
+
+
+def hadamard_rows(t: torch.Tensor, matrix: torch.Tensor) -> torch.Tensor:
+    """The random Hadamard transform along rows (axis 0) in blocks of 16, M zero-padded to a
+    multiple of 16: `random_hadamard_transform(pad(t), 16, seed, axis=0)` for the `matrix`
+    of that seed ([rht_matrix][normlab.precision.hadamard.rht_matrix]), in float32.
+
+    The map is orthogonal, so for two operands transformed alike `(H dy)^T (H x) = dy^T x`.
+    """
+    padded = torch.nn.functional.pad(t.to(torch.float32), (0, 0, 0, (-t.shape[0]) % 16))
+    # the matrix's entries are +-1/4, exact in every float dtype a module cast may give it
+    return rht_apply(padded, matrix.to(torch.float32), 0, xp=TORCH)  # M',C
+
+
+def _prepared(t: torch.Tensor, hadamard: torch.Tensor | None) -> torch.Tensor:
+    """`t`, through `hadamard_rows` when a matrix is given (NVFP4's wgrad operands)."""
+    return t if hadamard is None else hadamard_rows(t, hadamard)
+
+
+@torch.library.custom_op("normlab::fake_operand", mutates_args=())
+def _fake_op(t: torch.Tensor, spec: str, scale: torch.Tensor | None, step: torch.Tensor | None,
+             stream: int, which: int, hadamard: torch.Tensor | None) -> torch.Tensor:
+    s = po.OperandSpec.from_key(spec)
+    src = _prepared(t, hadamard)
+    order = order_of(s, _rows_contiguous(src))
+    seed = None if step is None else stream_seed(stream, int(step), which)
+    view = _numpy_view(src) if _fast("fake_operand") else None
+    if view is not None:
+        sc = None if scale is None else np.float32(scale.detach().cpu().item())
+        with _threads():
+            out = torch.from_numpy(po.fake_operand(view, s, scale=sc, seed=seed, order=order,
+                                                   xp=NUMPY))
+    else:
+        out = po.fake_operand(src.detach(), s, scale=scale, seed=seed, order=order, xp=TORCH)
+    return _layout(out, order)
+
+
+def _layout(out: torch.Tensor, order: str) -> torch.Tensor:
+    """`out` with the fixed layout `order` (a copy only where a fallback laid it out else)."""
+    return TORCH.ordered(out, order)
+
+
+def _prepared_shape(t: torch.Tensor, hadamard: torch.Tensor | None) -> tuple[Any, Any]:
+    r, c = t.shape
+    return (r + (-r) % 16, c) if hadamard is not None else (r, c)
+
+
+@_fake_op.register_fake
+def _(t, spec, scale, step, stream, which, hadamard):
+    s = po.OperandSpec.from_key(spec)
+    rows = hadamard is None and _rows_contiguous(t)
+    return _empty_2d(_prepared_shape(t, hadamard), order_of(s, rows), torch.float32, t.device)
+
+
+def fake(t: torch.Tensor, spec: po.OperandSpec, *, scale: torch.Tensor | None = None,
+         step: torch.Tensor | None = None, stream: int = 0, which: int = 0,
+         hadamard: torch.Tensor | None = None) -> torch.Tensor:
+    """The float32 values operand `t` (2-D, any float dtype) contributes to its GEMM.
+
+    Parameters
+    ----------
+    t : torch.Tensor
+        The operand, shape (R, C).
+    spec : OperandSpec
+        How it is quantised.
+    scale : torch.Tensor or None, optional
+        The 0-d float32 scale of the per-tensor kind.
+    step : torch.Tensor or None, optional
+        A 0-d int64 CPU tensor: round stochastically with the stream of
+        `stream_seed(stream, step, which)` (NVFP4 gradients); None: to nearest.
+    stream : int, optional
+        The layer's stream number.
+    which : int, optional
+        Which of the layer's two gradient roundings (0: dgrad, 1: wgrad).
+    hadamard : torch.Tensor or None, optional
+        A 16 x 16 float32 matrix: transform the rows in blocks of 16 first (R padded).
+
+    Returns
+    -------
+    out : torch.Tensor
+        float32, shape (R, C) (R padded with `hadamard`), in the layout of `order_of`.
+    """
+    return _fake_op(t, spec.key(), scale, step, int(stream), int(which), hadamard)
+
+
+def _encoded_shapes(s: po.OperandSpec, shape: tuple[Any, Any],
+                    order: str) -> tuple[tuple[Any, ...], torch.dtype, tuple[Any, ...],
+                                         torch.dtype, tuple[Any, ...]]:
+    """(codes shape, codes dtype, scales shape, scales dtype, tensor-scale shape)."""
+    r, c = shape
+    stored = (c, r) if order == "F" else (r, c)
+    if not stores_codes(s.fmt):
+        code_shape, code_dtype = stored, torch.float32
+    else:
+        code_dtype = torch.uint8 if s.fmt.bits <= 8 else torch.int16
+        code_shape = (stored[0], (stored[1] + 1) // 2) if s.kind == "nvfp4" else stored
+    k = s.size
+
+    def cdiv(a: Any, b: int) -> Any:
+        return (a + b - 1) // b
+
+    if s.kind == "round":
+        return code_shape, code_dtype, _EMPTY, torch.float32, _EMPTY
+    if s.kind == "tensor":
+        return code_shape, code_dtype, (), torch.float32, _EMPTY
+    if s.tile:
+        grid: tuple[Any, ...] = (cdiv(r, k), cdiv(c, k))
+    elif s.axis == 1:
+        grid = (r, cdiv(c, k))
+    else:
+        grid = (c, cdiv(r, k)) if s.kind == "block" else (cdiv(r, k), c)
+    if s.kind == "mx":
+        return code_shape, code_dtype, grid, torch.uint8, _EMPTY
+    if s.kind == "nvfp4":
+        return code_shape, code_dtype, grid, torch.uint8, ()
+    return code_shape, code_dtype, grid, torch.float32, _EMPTY
+
+
+@torch.library.custom_op("normlab::encode_operand", mutates_args=())
+def _encode_op(t: torch.Tensor, spec: str, scale: torch.Tensor | None,
+               hadamard: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    s = po.OperandSpec.from_key(spec)
+    src = _prepared(t, hadamard)
+    order = order_of(s, _rows_contiguous(src))
+    view = _numpy_view(src) if _fast("encode_operand") else None
+    if view is not None:
+        sc = None if scale is None else np.float32(scale.detach().cpu().item())
+        with _threads():
+            enc = po.encode_operand(view, s, scale=sc, order=order, xp=NUMPY)
+        parts = [None if p is None else torch.from_numpy(np.asarray(p).copy(order="C"))
+                 for p in (enc.codes, enc.scales, enc.tensor_scale)]
+    else:
+        enc = po.encode_operand(src.detach(), s, scale=scale, order=order, xp=TORCH)
+        parts = [enc.codes, enc.scales, enc.tensor_scale]
+    return tuple(torch.empty(_EMPTY, dtype=torch.float32, device=t.device) if p is None
+                 else p.contiguous().to(t.device) for p in parts)  # type: ignore[return-value]
+
+
+@_encode_op.register_fake
+def _(t, spec, scale, hadamard):
+    s = po.OperandSpec.from_key(spec)
+    shape = _prepared_shape(t, hadamard)
+    order = order_of(s, hadamard is None and _rows_contiguous(t))
+    cs, cd, ss, sd, ts = _encoded_shapes(s, shape, order)
+    return (t.new_empty(cs, dtype=cd), t.new_empty(ss, dtype=sd),
+            t.new_empty(ts, dtype=torch.float32))
+
+
+def encode(t: torch.Tensor, spec: po.OperandSpec, *, scale: torch.Tensor | None = None,
+           hadamard: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+    """Operand `t` as (codes, scales, tensor scale) tensors (empty where the kind has none):
+    [encode_operand][normlab.precision.operands.encode_operand] in its fixed layout."""
+    return _encode_op(t, spec.key(), scale, hadamard)
+
+
+@torch.library.custom_op("normlab::decode_operand", mutates_args=())
+def _decode_op(codes: torch.Tensor, scales: torch.Tensor, tensor_scale: torch.Tensor,
+               spec: str, rows: int, cols: int, order: str) -> torch.Tensor:
+    s = po.OperandSpec.from_key(spec)
+    parts = [codes, None if s.kind == "round" else scales,
+             tensor_scale if s.kind == "nvfp4" else None]
+    if codes.device.type == "cpu" and _fast("decode_operand"):
+        enc = Encoded(*(None if p is None else p.numpy() for p in parts))
+        with _threads():
+            out = torch.from_numpy(po.decode_operand(enc, s, (rows, cols), order=order,
+                                                     xp=NUMPY))
+    else:
+        out = po.decode_operand(Encoded(*parts), s, (rows, cols), order=order, xp=TORCH)
+    return _layout(out, order)
+
+
+@_decode_op.register_fake
+def _(codes, scales, tensor_scale, spec, rows, cols, order):
+    return _empty_2d((rows, cols), order, torch.float32, codes.device)
+
+
+def decode(parts: tuple[torch.Tensor, ...], spec: po.OperandSpec, shape: tuple[int, int],
+           order: str) -> torch.Tensor:
+    """The float32 operand that `encode` kept: the values `fake` gives, bit for bit."""
+    return _decode_op(*parts, spec.key(), int(shape[0]), int(shape[1]), order)
+
+
+@torch.library.custom_op("normlab::gemm", mutates_args=())
+def _gemm_op(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, trans_a: bool,
+             trans_b: bool) -> torch.Tensor:
+    out = (a.t() if trans_a else a) @ (b.t() if trans_b else b)
+    return out if bias is None else out + bias.to(torch.float32)
+
+
+@_gemm_op.register_fake
+def _(a, b, bias, trans_a, trans_b):
+    rows = a.shape[1] if trans_a else a.shape[0]
+    cols = b.shape[0] if trans_b else b.shape[1]
+    return a.new_empty((rows, cols), dtype=torch.float32)
+
+
+def gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, *,
+         trans_a: bool = False, trans_b: bool = False) -> torch.Tensor:
+    """`op(a) @ op(b) (+ bias)` in float32 as eager PyTorch computes it (`op` transposes
+    where asked; the transposition happens inside, so the product sees the operands'
+    own strides)."""
+    return _gemm_op(a, b, bias, trans_a, trans_b)
+
+
+@torch.library.custom_op("normlab::column_sum", mutates_args=())
+def _column_sum_op(dy: torch.Tensor) -> torch.Tensor:
+    return dy.to(torch.float32).sum(0)
+
+
+@_column_sum_op.register_fake
+def _(dy):
+    return dy.new_empty((dy.shape[1],), dtype=torch.float32)
+
+
+def column_sum(dy: torch.Tensor) -> torch.Tensor:
+    """The bias gradient `float32(dy).sum(0)` in eager's summation order, shape (N,)."""
+    return _column_sum_op(dy)
+
+
+@torch.library.custom_op("normlab::next_step", mutates_args=("counter",))
+def _next_step_op(counter: torch.Tensor) -> torch.Tensor:
+    step = counter.clone()
+    counter.add_(1)
+    return step
+
+
+@_next_step_op.register_fake
+def _(counter):
+    return torch.empty_like(counter)
+
+
+def next_step(counter: torch.Tensor) -> torch.Tensor:
+    """The counter's value (a new 0-d tensor); the counter advances by one, in place."""
+    return _next_step_op(counter)

@@ -1,0 +1,187 @@
+"""The operand kernels equal the reference operand functions, bit for bit.
+
+`normlab.kernels.operand` serves [fake_operand][normlab.precision.operands.fake_operand],
+[encode_operand][normlab.precision.operands.encode_operand] and
+[decode_operand][normlab.precision.operands.decode_operand] on NumPy arrays. Each is
+compared with the reference (the recipes' shared arithmetic, `use_backend("numpy")`) at
+tolerance 0 (float32 bit patterns, NaN payloads included; codes and scales exactly): every
+recipe's operand specs (each role, both contraction axes), float32 and bfloat16 input
+(bfloat16 read as its 16-bit patterns), rows-contiguous and columns-contiguous input,
+both output layouts, a ragged shape (40 x 72: partial blocks of 16, 32 and 128), and
+values that hit zero blocks, NaN and inf inside blocks, rounding ties, float32
+subnormals and float32's largest values. The kernel must serve every case (a silent
+fallback to the reference would make the comparison vacuous), and planted faults in the
+kernel's scale pass and in its decode loop must be caught.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+numba = pytest.importorskip("numba")
+
+from normlab import _backend  # noqa: E402
+from normlab.kernels import operand as kop  # noqa: E402
+from normlab.kernels import operand_jit  # noqa: E402
+from normlab.precision import operands as po  # noqa: E402
+from normlab.precision.recipes import (  # noqa: E402
+    Bf16Recipe,
+    BlockwiseFp8Recipe,
+    Fp8CurrentRecipe,
+    MXRecipe,
+    NVFP4Recipe,
+)
+
+RECIPES = {
+    "bf16": Bf16Recipe(),
+    "fp8": Fp8CurrentRecipe(),
+    "mx_e4m3": MXRecipe("e4m3"),
+    "mx_fp4_round_up": MXRecipe("fp4_e2m1", scale_rule="round_up"),
+    "mx_int8_fp6_16": MXRecipe("int8", grad_elem="fp6_e3m2", block_size=16),
+    "nvfp4": NVFP4Recipe(),
+    "blockwise_32": BlockwiseFp8Recipe(block_size=32),
+    "blockwise_16_pow2": BlockwiseFp8Recipe(block_size=16, power_of_2_scales=True,
+                                            amax_epsilon=1e-30, fp8_format="HYBRID"),
+}
+SPECS = sorted({(name, role, axis) for name in RECIPES for role in ("x", "w", "dy")
+                for axis in (0, 1)})
+KINDS = ("spread", "hostile")
+
+
+def _input(kind: str, dtype: str, layout: str) -> np.ndarray:
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((40, 72)) * np.exp2(rng.uniform(-8, 8, (40, 1)))
+    x[2, :] = 0.0
+    x[17:33, 16:32] = 0.0  # a whole 16 x 16 tile
+    if kind == "hostile":
+        x[5, 7], x[20, 40] = np.nan, -np.nan
+        x[9, 20], x[30, 50] = np.inf, -np.inf
+        x[1, :] = np.resize([0.25, 0.75, 1.25, 2.5, 5.0, 17.0, 3.25, 448.0], 72)  # ties
+        x[10:14, :] *= 2.0**-135  # float32 subnormals
+        x[12, :3] = [1e-45, -1e-45, 0.0]
+        x[7, :] = np.sign(x[7, :]) * 3.0e38
+        x[8, 5] = np.finfo(np.float32).max
+    a = x.astype(np.float32)
+    if dtype == "bfloat16":
+        a = a.astype(ml_dtypes.bfloat16)
+    return np.asfortranarray(a) if layout == "F" else np.ascontiguousarray(a)
+
+
+def _bits(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a, np.float32).view(np.uint32)
+
+
+def _equal(a: object, b: object) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype == np.float32:
+        return a.shape == b.shape and np.array_equal(_bits(a), _bits(b))
+    return a.dtype == b.dtype and np.array_equal(a, b)
+
+
+def _spec(name: str, role: str, axis: int) -> po.OperandSpec:
+    return po.operand_spec(RECIPES[name], role, axis)
+
+
+def _mismatches(spec: po.OperandSpec, x: np.ndarray, seed: int | None) -> list[str]:
+    """Every difference between the kernels and the reference for one input."""
+    scale = np.float32(0.75) if spec.kind == "tensor" else None
+    out = []
+    for order in ("C", "F"):
+        got = kop.fake_operand(x, spec, scale, seed, order)
+        if got is NotImplemented:
+            return [f"{order}: fake_operand not served"]
+        with _backend.use_backend("numpy"):
+            want = po.fake_operand(x, spec, scale=scale, seed=seed, order=order)
+        if not _equal(got, want):
+            out.append(f"{order}: fake values differ")
+        if (got.flags.f_contiguous if order == "F" else got.flags.c_contiguous) is False:
+            out.append(f"{order}: fake layout")
+        if seed is not None:
+            continue
+        enc = kop.encode_operand(x, spec, scale, order)
+        if enc is NotImplemented:
+            return [f"{order}: encode_operand not served"]
+        with _backend.use_backend("numpy"):
+            ref = po.encode_operand(x, spec, scale=scale, order=order)
+            ref_values = po.decode_operand(ref, spec, x.shape, order=order)
+        for part in ("codes", "scales", "tensor_scale"):
+            if not _equal(getattr(enc, part), getattr(ref, part)):
+                out.append(f"{order}: {part} differ")
+        dec = kop.decode_operand(enc, spec, x.shape, order)
+        if dec is NotImplemented:
+            return [f"{order}: decode_operand not served"]
+        for path, v in (("kernel decode", dec), ("reference decode", ref_values)):
+            if not _equal(v, want):
+                out.append(f"{order}: {path} != fake_operand")
+    return out
+
+
+@pytest.mark.parametrize("layout", ["C", "F"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize(("name", "role", "axis"), SPECS)
+def test_kernels_equal_the_reference(name, role, axis, kind, dtype, layout) -> None:
+    spec = _spec(name, role, axis)
+    assert _mismatches(spec, _input(kind, dtype, layout), None) == []
+
+
+@pytest.mark.parametrize("layout", ["C", "F"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_nvfp4_stochastic_rounding_equals_the_reference(dtype, layout) -> None:
+    # NVFP4 gradients: each element takes the word of its index in the logical C order,
+    # whatever the layout it is read in
+    for axis in (0, 1):
+        spec = _spec("nvfp4", "dy", axis)
+        assert _mismatches(spec, _input("hostile", dtype, layout), 2**62 + 5) == []
+
+
+def test_a_strided_view_is_declined() -> None:
+    # neither rows nor columns contiguous: the kernel declines, the reference serves
+    x = _input("spread", "float32", "C")[:, ::2]
+    assert kop.fake_operand(x, _spec("mx_e4m3", "x", 1), None, None, "C") is NotImplemented
+
+
+def test_planted_scale_fault_is_caught(monkeypatch) -> None:
+    # the kernel's block amax doubled: MX and blockwise scales change, the test fails
+    real = kop._amax
+    monkeypatch.setattr(kop, "_amax", lambda xb, ra, rb: real(xb, ra, rb) * np.float32(2))
+    for name in ("mx_e4m3", "blockwise_32", "nvfp4"):
+        spec = _spec(name, "x", 1)
+        assert _mismatches(spec, _input("spread", "float32", "C"), None)
+
+
+def test_planted_decode_fault_is_caught(monkeypatch) -> None:
+    # the decode loop's output off by one ulp somewhere: saved codes no longer give the
+    # operand back
+    real = kop.launch
+
+    def off(kern, n, *args):
+        done = real(kern, n, *args)
+        if kern is operand_jit.decode_blocks:
+            flat = args[-1].reshape(-1).view(np.uint32)  # vo, C-contiguous
+            flat[flat.size // 2] ^= np.uint32(1)
+        return done
+
+    monkeypatch.setattr(kop, "launch", off)
+    spec = _spec("fp8", "x", 0)
+    assert _mismatches(spec, _input("spread", "float32", "C"), None) == [
+        "C: kernel decode != fake_operand", "F: kernel decode != fake_operand"]
+
+
+def test_serial_block_runs_large_launches_serially(monkeypatch) -> None:
+    # torch on one thread asks for serial kernels: no parallel region, whatever the size
+    from normlab.kernels import _adapt
+
+    monkeypatch.setitem(_adapt._STATE, "layer_safe", True)  # no real threading layer here
+    monkeypatch.setitem(_adapt._STATE, "parallel_ran", _adapt._STATE["parallel_ran"])
+    calls = []
+    kern = type("K", (), {"serial": lambda *a: calls.append("serial"),
+                          "parallel": lambda *a: calls.append("parallel")})()
+    with _adapt.serial():
+        _adapt.launch(kern, 1 << 30)
+    _adapt.launch(kern, 1 << 30)
+    assert calls == ["serial", "parallel"]
