@@ -1,12 +1,12 @@
 """normlab's formats, rounding and scaled recipes on PyTorch tensors, on any device.
 
-An optional extra: ``pip install ".[torch]"``. Importing this package without PyTorch
+An optional extra: `pip install ".[torch]"`. Importing this package without PyTorch
 raises ImportError with that line; the core package never imports torch. Every function
-here is bit-identical to its NumPy twin in :mod:`normlab.precision` for float32/float64
+here is bit-identical to its NumPy twin in [normlab.precision][] for float32/float64
 tensors, on CPU and GPU alike, because it works on the integer bits with plain tensor ops.
 
-Example
--------
+Examples
+--------
 >>> import torch, normlab.torch as nt
 >>> nt.quantize(torch.tensor([1.0 + 2**-8]), torch.bfloat16)
 tensor([1.])

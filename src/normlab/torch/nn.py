@@ -204,6 +204,13 @@ class QuantLinear(torch.nn.Linear):
         self._init_state(self.weight.device)
 
     def extra_repr(self) -> str:
+        """The layer's sizes, whether it has a bias, and its recipe, as `print(model)` shows.
+
+        Returns
+        -------
+        str
+            `in_features=..., out_features=..., bias=..., recipe=...`.
+        """
         return (f"in_features={self.in_features}, out_features={self.out_features}, "
                 f"bias={self.bias is not None}, recipe={self.recipe!r}")
 
@@ -340,6 +347,28 @@ class QuantLinear(torch.nn.Linear):
         return y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """`y = x W^T + b` with the recipe's operands, or plain when quantisation is off.
+
+        Inside [no_quantization][normlab.torch.no_quantization], or for a non-float `x`,
+        the layer is the unquantised `torch.nn.Linear` product. Otherwise the recipe's
+        quantised operands are multiplied in float32 and the result is cast to the dtype
+        of `x`; in training mode a delayed-scaling recipe records the amaxes of the step.
+
+        Parameters
+        ----------
+        x : torch.Tensor
+            Input, shape (..., in_features); float32, bfloat16 or float16.
+
+        Returns
+        -------
+        torch.Tensor
+            Shape (..., out_features), the dtype of `x`.
+
+        Raises
+        ------
+        ValueError
+            If the last dimension of `x` is not `in_features`.
+        """
         if not x.is_floating_point() or not quantization_enabled():
             return self._plain(x)
         if x.shape[-1] != self.in_features:
