@@ -32,7 +32,10 @@ TIMEOUT = 60
 # report.md and report.html (touching $FAKE_MARKER.writing first), and $FAKE_WRITE_UNTIL
 # makes it wait there until that file exists.
 DRIVER = r"""
-import os, sys, time, types
+import os, signal, sys, time, types
+# a suite started as a background job hands its children SIGINT ignored; the Ctrl-C tests
+# need Python's own handler (what an interactive `normlab report` has)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from pathlib import Path
 import normlab.lab.experiments as registry
 import normlab.lab.report as report

@@ -226,6 +226,30 @@ def _mixed_recipes(model: torch.nn.Module) -> dict:
     return {name: recipes[i % len(recipes)] for i, name in enumerate(names)}
 
 
+@pytest.mark.filterwarnings("ignore:.*should not be instantiated:DeprecationWarning")
+@pytest.mark.filterwarnings("ignore:.*script_method. is deprecated:DeprecationWarning")
+@pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf:UserWarning")
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_tiny_models_train_compiled_with_every_recipe_aot_eager(family: str) -> None:
+    # the compile column that runs in every suite: torch.compile's graph capture and
+    # autograd tracing (aot_eager) of the whole model, every recipe in it; the same three
+    # steps as eager mode, bit for bit (the default inductor backend: the test below)
+    torch._dynamo.reset()
+    eager = _model(family)
+    convert(eager, _mixed_recipes(eager))
+    twin = _model(family)
+    convert(twin, _mixed_recipes(twin))
+    twin.load_state_dict(eager.state_dict())
+    torch.manual_seed(1)  # the same dropout masks in both runs
+    plain = _memorise(eager)
+    torch.manual_seed(1)
+    run = _memorise(twin, torch.compile(twin, backend="aot_eager"))
+    assert _learns(run["loss"]), run["loss"]
+    for key in ("loss", "grad", "state"):
+        for i, (a, b) in enumerate(zip(plain[key], run[key], strict=True)):
+            assert torch.equal(a, b), (key, i)
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(os.environ.get("NORMLAB_TEST_HF_COMPILE") != "1",
                     reason="the torch.compile column of the tiny GPT-2 / Llama training test "
