@@ -285,7 +285,7 @@ NARROW_FORMATS = [f for f in FORMATS if f.exponent_bits < 8 and f.mantissa_bits 
 
 
 def test_narrow_path_eligibility_is_read_from_the_format_fields():
-    ok = _quantize._narrow_nearest
+    ok = _quantize.narrow_nearest_serves
     f32, f64, near = np.dtype(np.float32), np.dtype(np.float64), RoundingMode.NEAREST
     for name in ("e4m3", "e5m2", "fp6_e2m3", "fp6_e3m2", "fp4_e2m1", "fp16", "e4m3fnuz"):
         fmt = get_format(name)
