@@ -143,6 +143,7 @@ def operand_spec(recipe: Any, role: str, axis: int) -> OperandSpec:
     Returns
     -------
     spec : OperandSpec
+        The operand's kind, element format, blocking axis and size, and scale rule.
 
     Examples
     --------
@@ -304,6 +305,8 @@ def encode_operand(x: Any, spec: OperandSpec, *, scale: Any = None, order: str =
     Returns
     -------
     encoded : Encoded
+        The element codes, the per-block scales (codes or float32, by recipe) and NVFP4's
+        tensor scale, which decode to the operand exactly.
 
     Examples
     --------
@@ -367,6 +370,7 @@ def decode_operand(enc: Encoded, spec: OperandSpec, shape: tuple[int, int], *,
     Returns
     -------
     out : array of float32, shape (R, C)
+        The dequantised operand, in the layout `order`.
 
     Examples
     --------
