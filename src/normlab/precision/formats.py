@@ -1,6 +1,5 @@
 """Binary floating-point formats as data: a frozen `Format` and the named instances.
 
-
 A format with `e` exponent bits, `m` mantissa bits and bias `b` encodes the value
 
     normal     (-1)^s * 2^(E - b) * (1 + M / 2^m)      exponent field E >= 1
@@ -16,10 +15,8 @@ convention (only IEEE has them), not stored. A format without subnormals either 
 exponent field 0 for zero only (flush-to-zero) or, with `has_zero=False`, uses it as an
 ordinary binade (E8M0, the OCP MX scale format: 2^-127 ... 2^127, no zero, NaN = 0xFF).
 
-References: IEEE 754-2019; Micikevicius et al., "FP8 Formats for Deep Learning" (2022);
-Noune et al., "8-bit Numerical Formats for Deep Neural Networks" (2022, the fnuz formats,
-as ml_dtypes `float8_e4m3fnuz` / `float8_e5m2fnuz` / `float8_e4m3b11fnuz` store them);
-OCP Microscaling Formats (MX) v1.0 (2023).
+References: IEEE 754-2019; Micikevicius et al. 2022 (FP8); Noune et al. 2022 (the fnuz
+formats, as ml_dtypes stores them); OCP Microscaling Formats (MX) v1.0 (2023).
 
 Examples
 --------
@@ -85,9 +82,8 @@ class Format:
     bias : int, optional
         Exponent bias; default `2**(exponent_bits - 1) - 1`.
     has_infinity : bool, optional
-        Deprecated: accepted for compatibility and checked against `nan` (True exactly for
-        `nan="ieee"`); not stored: [has_infinity][normlab.precision.Format.has_infinity] is
-        derived from `nan`. Passing it emits a DeprecationWarning.
+        Deprecated (a DeprecationWarning): checked against `nan`, from which
+        [has_infinity][normlab.precision.Format.has_infinity] is derived.
     nan : NanConvention or str
         Where the specials are: `"ieee"`, `"fn"`, `"fnuz"` or `"none"` (see
         [NanConvention][normlab.precision.NanConvention]).
@@ -103,9 +99,8 @@ class Format:
     Raises
     ------
     ValueError
-        Impossible formats: no exponent bits, more than 32 bits, IEEE specials without room for
-        them, values outside float32's range (every value must be a float32), `has_infinity`
-        contradicting `nan`, an unsigned fnuz format.
+        Impossible formats: no exponent bits, over 32 bits, IEEE specials without room, values
+        outside float32's range, `has_infinity` contradicting `nan`, an unsigned fnuz format.
 
     Examples
     --------
@@ -173,9 +168,7 @@ class Format:
             ) from None
         self._check_conventions()
         if self.bits > 32:
-            raise ValueError(
-                f"Format {self.name!r} has {self.bits} bits; at most 32 (float32) are supported"
-            )
+            raise ValueError(f"Format {self.name!r} has {self.bits} bits; at most 32 are supported")
         if m > 23 or self.emax > 127 or self.emin - (m if self.has_subnormals else 0) < -149:
             raise ValueError(
                 f"Format {self.name!r} (E{e}M{m}, bias {self.bias}) is not within float32's "
@@ -205,7 +198,6 @@ class Format:
                 f"has_zero={self.has_zero}"
             )
 
-    # ----- finfo-like properties -------------------------------------------------------
     @property
     def bits(self) -> int:
         """Total storage bits: sign (if signed) + exponent + mantissa."""
