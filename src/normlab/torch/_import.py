@@ -15,7 +15,8 @@ MIN_TORCH = (2, 13)
 lower bound). Older releases run the eager paths but crash or break the graph under
 `torch.compile` (2.10) and lack `torch.float4_e2m1fn_x2` (2.7)."""
 
-INSTALL_HINT = 'normlab.torch needs PyTorch >= 2.13: pip install ".[torch]"'
+INSTALL_HINT = (f"normlab.torch needs PyTorch >= {MIN_TORCH[0]}.{MIN_TORCH[1]}: "
+                'pip install ".[torch]"')
 
 try:
     import torch
