@@ -1,7 +1,9 @@
 """The operand kernels equal the reference operand functions, bit for bit.
 
 `normlab.kernels.operand` serves [fake_operand][normlab.precision.operands.fake_operand],
-[encode_operand][normlab.precision.operands.encode_operand] and
+[encode_operand][normlab.precision.operands.encode_operand], their one-pass pair
+[fake_encode_operand][normlab.precision.operand_pass.fake_encode_operand] (elementwise and
+per-tensor kinds) and
 [decode_operand][normlab.precision.operands.decode_operand] on NumPy arrays. Each is
 compared with the reference (the recipes' shared arithmetic, `use_backend("numpy")`) at
 tolerance 0 (float32 bit patterns, NaN payloads included; codes and scales exactly): every
@@ -50,9 +52,9 @@ SPECS = sorted({(name, role, axis) for name in RECIPES for role in ("x", "w", "d
 KINDS = ("spread", "hostile")
 
 
-def _input(kind: str, dtype: str, layout: str) -> np.ndarray:
+def _input(kind: str, dtype: str, layout: str, shape: tuple[int, int] = (40, 72)) -> np.ndarray:
     rng = np.random.default_rng(7)
-    x = rng.standard_normal((40, 72)) * np.exp2(rng.uniform(-8, 8, (40, 1)))
+    x = rng.standard_normal(shape) * np.exp2(rng.uniform(-8, 8, (shape[0], 1)))
     x[2, :] = 0.0
     x[17:33, 16:32] = 0.0  # a whole 16 x 16 tile
     if kind == "hostile":
@@ -111,6 +113,15 @@ def _mismatches(spec: po.OperandSpec, x: np.ndarray, seed: int | None) -> list[s
         for part in ("codes", "scales", "tensor_scale"):
             if not _equal(getattr(enc, part), getattr(ref, part)):
                 out.append(f"{order}: {part} differ")
+        if spec.kind in ("round", "tensor") and (order == "F") == (not x.flags.c_contiguous):
+            both = kop.fake_encode_operand(x, spec, scale, order)  # the one-pass kernel
+            if both is NotImplemented:
+                return [f"{order}: fake_encode_operand not served"]
+            if not _equal(both[0], want):
+                out.append(f"{order}: one-pass values differ")
+            for part in ("codes", "scales", "tensor_scale"):
+                if not _equal(getattr(both[1], part), getattr(ref, part)):
+                    out.append(f"{order}: one-pass {part} differ")
         dec = kop.decode_operand(enc, spec, x.shape, order)
         if dec is NotImplemented:
             return [f"{order}: decode_operand not served"]
@@ -127,6 +138,16 @@ def _mismatches(spec: po.OperandSpec, x: np.ndarray, seed: int | None) -> list[s
 def test_kernels_equal_the_reference(name, role, axis, kind, dtype, layout) -> None:
     spec = _spec(name, role, axis)
     assert _mismatches(spec, _input(kind, dtype, layout), None) == []
+
+
+@pytest.mark.parametrize("layout", ["C", "F"])
+@pytest.mark.parametrize(("name", "role", "axis"), SPECS)
+def test_odd_groups_equal_the_reference(name, role, axis, layout) -> None:
+    # 75 x 45: three groups of rows per parallel task with an odd last one (5 or 13
+    # rows), so transposed writes and NVFP4's packed pairs across rows end on a lone row
+    spec = _spec(name, role, axis)
+    x = _input("spread", "float32", layout, (75, 45))
+    assert _mismatches(spec, x, None) == []
 
 
 @pytest.mark.parametrize("layout", ["C", "F"])
@@ -152,6 +173,24 @@ def test_planted_scale_fault_is_caught(monkeypatch) -> None:
     for name in ("mx_e4m3", "blockwise_32", "nvfp4"):
         spec = _spec(name, "x", 1)
         assert _mismatches(spec, _input("spread", "float32", "C"), None)
+
+
+def test_planted_one_pass_fault_is_caught(monkeypatch) -> None:
+    # the one-pass kernel's values off by one ulp somewhere: its values no longer equal
+    # fake_operand's, while its codes still do
+    real = kop.launch
+
+    def off(kern, n, *args):
+        done = real(kern, n, *args)
+        if kern is operand_jit.fake_encode_flat:
+            flat = args[-2].reshape(-1).view(np.uint32)  # vo, C-contiguous
+            flat[flat.size // 3] ^= np.uint32(1)
+        return done
+
+    monkeypatch.setattr(kop, "launch", off)
+    spec = _spec("fp8", "x", 1)
+    assert _mismatches(spec, _input("spread", "float32", "C"), None) == [
+        "C: one-pass values differ"]
 
 
 def test_planted_decode_fault_is_caught(monkeypatch) -> None:

@@ -215,7 +215,7 @@ def test_layer_update_ignores_the_margin(monkeypatch):
 
 
 def test_layer_records_a_signed_amax(monkeypatch):
-    real = tnn.QuantLinear.delayed_quantize
+    real = tnn.QuantLinear.operand_scale
 
     def signed(self, t, index):  # slot 0 gets the running max of t, not of |t|
         before = self.amax_history[index, 0].clone()
@@ -223,7 +223,7 @@ def test_layer_records_a_signed_amax(monkeypatch):
         if self.training:
             self.amax_history[index, 0] = torch.maximum(before, t.amax())
         return out
-    monkeypatch.setattr(tnn.QuantLinear, "delayed_quantize", signed)
+    monkeypatch.setattr(tnn.QuantLinear, "operand_scale", signed)
     assert diff.delayed_mismatches(FUSED, diff.TRACES["steps"])
 
 

@@ -93,3 +93,25 @@ def test_hadamard_is_orthogonal_and_cancels_in_the_product(rng) -> None:
     torch.testing.assert_close(hd.t() @ hx, dy.t() @ x, rtol=1e-5, atol=1e-5)
     eye = hadamard_rows(torch.eye(16), m)
     torch.testing.assert_close(eye.t() @ eye, torch.eye(16), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16", "float64"])
+def test_tensor_amax_equals_the_reference(dtype: str, rng) -> None:
+    # the layer's per-tensor amax (numba's one pass for float32/bfloat16, torch otherwise)
+    # against max |x| in float64 of the same values: exact, a max is one of the inputs
+    from normlab.torch._operand_ops import tensor_amax
+
+    dt = getattr(torch, dtype)
+    base = torch.from_numpy(rng.standard_normal((300, 517)) * 10).to(dt)
+    with_inf = base.clone()
+    with_inf[5, 3] = -torch.inf
+    cases = {"plain": base, "transposed": base.t(), "negative": -base.abs(),
+             "zeros": base * 0, "inf": with_inf}
+    for name, x in cases.items():
+        got = tensor_amax(x)
+        want = x.to(torch.float64).abs().max()
+        assert got.dtype == (torch.float64 if dtype == "float64" else torch.float32), name
+        assert float(got) == float(want), (name, float(got), float(want))
+    with_nan = base.clone()
+    with_nan[7, 11] = torch.nan
+    assert torch.isnan(tensor_amax(with_nan))

@@ -115,7 +115,8 @@ def test_backward_from_codes_equals_backward_from_a_float_copy(name, dtype, monk
     old = copy.deepcopy(layer)
     x = _x(dtype)
     new_grads = _grads(layer, x)
-    monkeypatch.setattr(_gemm, "saved_wgrad_operand", _reference_saved)
+    monkeypatch.setattr(_gemm, "x_operands", lambda lay, xx, keep: (
+        _gemm.quantize_operand(lay, xx, "x", axis=1), _reference_saved(lay, xx) if keep else None))
     monkeypatch.setattr(_gemm.SavedOperand, "values", lambda self: self.parts[0])
     old_grads = _grads(old, x)
     for a, b in zip(new_grads, old_grads, strict=True):

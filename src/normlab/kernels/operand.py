@@ -3,7 +3,8 @@
 Dimension letters: R, C the logical operand; A, B the array as it lies in memory (the
 operand, or its transpose when its columns are contiguous).
 
-Contract: `fake_operand`, `encode_operand` and `decode_operand` receive the reference's
+Contract: `fake_operand`, `encode_operand`, `fake_encode_operand` and `decode_operand`
+receive the reference's
 validated arguments (`normlab._backend.KERNELS` names them) and return the same values,
 dtypes, shapes and layout, or `NotImplemented` (input that is not a 2-D float32 or
 bfloat16 array with contiguous rows or columns, a format outside the loops' reach: more
@@ -33,7 +34,7 @@ from normlab.precision import recipe_core as core
 from normlab.precision.formats import FLOAT8_E4M3FN, Format, NanConvention
 from normlab.precision.modes import RoundingMode
 from normlab.precision.namespace import F32_MAX, NUMPY
-from normlab.precision.operand_codes import Encoded, code_tables, element_codes, stores_codes
+from normlab.precision.operand_codes import Encoded, code_tables, stores_codes
 from normlab.precision.operands import OperandSpec
 
 __all__: list[str] = []
@@ -121,8 +122,21 @@ def _logical_scales(scales: Any, spec: OperandSpec, transposed: bool) -> Any:
     flip = transposed != (spec.kind == "block" and not spec.tile and spec.axis == 0)
     out = np.ascontiguousarray(scales.T if flip else scales)
     if spec.kind == "nvfp4":
-        out = element_codes(out, FLOAT8_E4M3FN, NUMPY)
+        out = _e4m3_codes(out)
     return out
+
+
+def _e4m3_codes(v: np.ndarray) -> np.ndarray:
+    """E4M3 codes of float32 values E4M3 holds (NVFP4's block scales): the encode step of
+    `encode_blocks` ([element_codes][normlab.precision.operand_codes.element_codes]'s
+    values, without its search)."""
+    fmt, t = FLOAT8_E4M3FN, code_tables(FLOAT8_E4M3FN)
+    co = np.empty(v.shape, np.uint8)
+    launch(operand_jit.encode_values, v.size, v.reshape(-1).view(np.uint32), 127 - fmt.bias,
+           fmt.mantissa_bits, np.float32(2.0**fmt.emin).view(np.uint32),
+           fmt.emin - fmt.mantissa_bits + 150, t.nan_code, t.inf_code, t.sign_bit,
+           co.reshape(-1))
+    return co
 
 
 def _run(x: Any, spec: OperandSpec, scale: Any, seed: int | None, order: str,
@@ -140,7 +154,16 @@ def _run(x: Any, spec: OperandSpec, scale: Any, seed: int | None, order: str,
     stored = (B, A) if flip else (A, B)
     fmt = spec.fmt
     params = round_params(fmt, RoundingMode.NEAREST, spec.kind != "round", _F32)
-    if values:
+    if values and codes:  # one scale, no blocks, stored as it lies: both in one pass
+        vo = np.empty(stored, np.float32)
+        co = np.empty(stored, np.uint8 if fmt.bits <= 8 else np.int16)
+        t = code_tables(fmt)
+        m, emin, _q, maxbits, ovf, flush, inf_out, nan_keep, nan_out = params
+        launch(operand_jit.fake_encode_flat, xb.size, xb, mul[0, 0], d1[0, 0], m, emin,
+               maxbits, ovf, flush, inf_out, nan_keep, nan_out, 127 - fmt.bias,
+               np.float32(2.0**fmt.emin).view(np.uint32),
+               fmt.emin - fmt.mantissa_bits + 150, t.nan_code, t.inf_code, t.sign_bit, vo, co)
+    elif values:
         vo = np.empty(stored, np.float32)
         wa, wb = (1, A) if transposed else (B, 1)
         launch(operand_jit.fake_blocks, xb.size, xb, block[0], block[1], mul, d1, d2,
@@ -160,13 +183,28 @@ def _run(x: Any, spec: OperandSpec, scale: Any, seed: int | None, order: str,
                packed, co)
         vo = _EMPTY_F
     out_v = vo if order == "C" else vo.T
-    return out_v, co, _logical_scales(scales, spec, transposed), tensor_scale
+    kept = _logical_scales(scales, spec, transposed) if codes else None
+    return out_v, co, kept, tensor_scale
 
 
 def fake_operand(x: Any, spec: OperandSpec, scale: Any, seed: int | None, order: str) -> Any:
     """Kernel of the reference `fake_operand`."""
     done = _run(x, spec, scale, seed, order, values=True, codes=False)
     return NotImplemented if done is None else done[0]
+
+
+def fake_encode_operand(x: Any, spec: OperandSpec, scale: Any, order: str) -> Any:
+    """Kernel of the reference `fake_encode_operand` (elementwise and per-tensor kinds, the
+    result stored as the input lies; the rest declines: their reference runs the two
+    kernels)."""
+    phys = _physical(x)
+    if spec.kind not in ("round", "tensor") or phys is None or phys[1] != (order == "F"):
+        return NotImplemented
+    done = _run(x, spec, scale, None, order, values=True, codes=True)
+    if done is None:
+        return NotImplemented
+    vo, co, scales, tensor_scale = done
+    return vo, Encoded(co, scales, tensor_scale)
 
 
 def encode_operand(x: Any, spec: OperandSpec, scale: Any, order: str) -> Any:
@@ -176,6 +214,22 @@ def encode_operand(x: Any, spec: OperandSpec, scale: Any, order: str) -> Any:
         return NotImplemented
     _, co, scales, tensor_scale = done
     return Encoded(co, scales, tensor_scale)
+
+
+def tensor_amax(x: Any) -> Any:
+    """max |x| of a 2-D float32 or bfloat16 array with contiguous rows or columns, as a
+    float32 scalar (the quiet NaN if x holds a NaN), or `NotImplemented`: the value of
+    [tensor_amax][normlab.precision.recipe_core.tensor_amax] (a max is one of the inputs,
+    exact in any order)."""
+    phys = _physical(x)
+    if phys is None or x.size == 0:
+        return NotImplemented
+    xb = phys[0]
+    mask = xb.dtype.type(2 ** (8 * xb.itemsize - 1) - 1)
+    rows = np.empty(xb.shape[0], xb.dtype)
+    launch(operand_jit.amax_rows, xb.size, xb, mask, rows)
+    top = np.uint32(rows.max()) << np.uint32(16 if xb.itemsize == 2 else 0)
+    return np.float32(np.nan) if top > np.uint32(0x7F800000) else top.view(np.float32)
 
 
 def decode_operand(enc: Encoded, spec: OperandSpec, shape: tuple[int, int], order: str) -> Any:

@@ -39,7 +39,8 @@ from normlab.kernels.quantize_jit import (
     splitmix64,
 )
 
-__all__ = ["amax_cols", "decode_blocks", "encode_blocks", "fake_blocks"]
+__all__ = ["amax_cols", "amax_rows", "decode_blocks", "encode_blocks", "encode_values",
+           "fake_blocks", "fake_encode_flat"]
 
 _INF = np.uint32(0x7F800000)
 _SIGN = np.uint32(0x80000000)
@@ -126,6 +127,8 @@ def fake_blocks(xb, ra, rb, mul, d1, d2, m, emin, qbits, maxbits, ovf, flush_bit
 
     Arguments in the module header. Per row: its factors, then one branch-free loop over
     the row (vectorised), then the row written out; one parallel task per `_GROUP` rows.
+    Flipped, the group's rows are kept and written out together, column by column (runs of
+    `_GROUP` contiguous values instead of one value per output row).
     """
     A, B = xb.shape
     sh, low, bias, mn, c = narrow_consts(m, emin)
@@ -134,9 +137,11 @@ def fake_blocks(xb, ra, rb, mul, d1, d2, m, emin, qbits, maxbits, ovf, flush_bit
     for g in prange(-(-A // _GROUP)):
         srow = np.empty(B, np.float32)
         frow = np.empty(B, np.float32)
-        vrow = np.empty(B, np.float32)
+        tile = np.empty((_GROUP if flip else 1, B), np.float32)
         current = -1
-        for a in range(g * _GROUP, min(A, (g + 1) * _GROUP)):
+        a0, a1 = g * _GROUP, min(A, (g + 1) * _GROUP)
+        for a in range(a0, a1):
+            vrow = tile[a - a0] if flip else tile[0]
             if a // ra != current:  # a new row of blocks
                 current = a // ra
                 _factors(mul, d1, current, rb, srow, frow)
@@ -159,12 +164,13 @@ def fake_blocks(xb, ra, rb, mul, d1, d2, m, emin, qbits, maxbits, ovf, flush_bit
                                  nan_keep, nan_out, sh, low, bias, mn, c)
                     v = np.float32(np.float32(np.uint32(r).view(np.float32) * frow[b]) * d2)
                     vrow[b] = qnan if frow[b] != frow[b] else v
-            if flip:
-                for b in range(B):
-                    vo[b, a] = vrow[b]
-            else:
+            if not flip:
                 for b in range(B):
                     vo[a, b] = vrow[b]
+        if flip:  # the group's rows go out as runs of the output's rows
+            for b in range(B):
+                for a in range(a0, a1):
+                    vo[b, a] = tile[a - a0, b]
 
 
 @jit()
@@ -181,10 +187,11 @@ def encode_blocks(xb, ra, rb, mul, d1, m, emin, maxbits, ovf, flush_bits, inf_ou
     for g in prange(-(-A // _GROUP)):
         srow = np.empty(B, np.float32)
         frow = np.empty(B, np.float32)
-        crow = np.empty(B + 1, np.uint32)
-        crow[B] = 0
+        tile = np.zeros((_GROUP if flip else 1, B + 1), np.uint32)
         current = -1
-        for a in range(g * _GROUP, min(A, (g + 1) * _GROUP)):
+        a0, a1 = g * _GROUP, min(A, (g + 1) * _GROUP)
+        for a in range(a0, a1):
+            crow = tile[a - a0] if flip else tile[0]
             if a // ra != current:  # a new row of blocks
                 current = a // ra
                 _factors(mul, d1, current, rb, srow, frow)
@@ -196,20 +203,23 @@ def encode_blocks(xb, ra, rb, mul, d1, m, emin, maxbits, ovf, flush_bits, inf_ou
                              nan_out, sh, low, bias, mn, c)
                 code = _encode(r, ebias, m, minnorm, sub_shift, nanc, infc, sbit)
                 crow[b] = u(nanc) if frow[b] != frow[b] else code
+            if flip:
+                continue  # written out with the group's other rows below
             if not packed:
-                if flip:
-                    for b in range(B):
-                        co[b, a] = crow[b]
-                else:
-                    for b in range(B):
-                        co[a, b] = crow[b]
-            elif flip:
-                half, shift = a >> 1, u(4 * (a & 1))
                 for b in range(B):
-                    co[b, half] = (co[b, half] | u(crow[b] << shift)) if shift else crow[b]
+                    co[a, b] = crow[b]
             else:
                 for j in range(-(-B // 2)):
                     co[a, j] = u(crow[2 * j] | u(crow[2 * j + 1] << u(4)))
+        if flip and not packed:  # runs of the output's rows, as in `fake_blocks`
+            for b in range(B):
+                for a in range(a0, a1):
+                    co[b, a] = tile[a - a0, b]
+        elif flip:  # rows a0, a0 + 1 share a byte (a0 even): the even one in the low half
+            for b in range(B):
+                for a in range(a0, a1, 2):
+                    hi = tile[a + 1 - a0, b] if a + 1 < a1 else u(0)
+                    co[b, a >> 1] = u(tile[a - a0, b] | u(hi << u(4)))
 
 
 @jit()
@@ -252,3 +262,49 @@ def amax_cols(xb, ra, mask, out):
         for a in range(ba * ra, min(A, (ba + 1) * ra)):
             for b in range(B):
                 out[ba, b] = max(out[ba, b], xb[a, b] & mask)
+
+
+@jit()
+def encode_values(vb, ebias, m, minnorm, sub_shift, nanc, infc, sbit, co):
+    """co[i] = the code of the float32 bits vb[i], a value the format holds (or NaN/inf):
+    `_encode` alone, no rounding (NVFP4's E4M3 block scales, exact by construction)."""
+    for i in prange(vb.shape[0]):
+        co[i] = _encode(np.uint32(vb[i]), ebias, m, minnorm, sub_shift, nanc, infc, sbit)
+
+
+@jit()
+def amax_rows(xb, mask, out):
+    """out[a] = max over row a of (xb[a, b] & mask): a whole operand's amax in one read-only
+    pass, parallel over rows (`out.max()` finishes it; the integer max is exact in any
+    order, as in `amax_cols`)."""
+    A, B = xb.shape
+    for a in prange(A):
+        m = out.dtype.type(0)
+        for b in range(B):
+            m = max(m, xb[a, b] & mask)
+        out[a] = m
+
+
+@jit()
+def fake_encode_flat(xb, mul, d1, m, emin, maxbits, ovf, flush_bits, inf_out, nan_keep,
+                     nan_out, ebias, minnorm, sub_shift, nanc, infc, sbit, vo, co):
+    """`fake_blocks` and `encode_blocks` in one pass for one scale over the whole operand
+    (`mul`, `d1` float32 scalars; no blocks, no flip, no packing): each element is scaled
+    and rounded once, then written as its value `r * d1` into `vo` and as its code into
+    `co` (A, B). A NaN `d1` gives quiet NaN values and NaN codes, as there."""
+    A, B = xb.shape
+    sh, low, bias, mn, c = narrow_consts(m, emin)
+    u = np.uint32
+    qnan = u(0x7FC00000).view(np.float32)
+    bad = d1 != d1
+    for a in prange(A):
+        for b in range(B):
+            vb = np.float32(np.uint32(_wide(xb, a, b)).view(np.float32) * mul)
+            bits = vb.view(np.uint32)
+            s = u(bits & _SIGN)
+            r = _nearest(u(bits ^ s), s, maxbits, ovf, flush_bits, inf_out, nan_keep,
+                         nan_out, sh, low, bias, mn, c)
+            v = np.float32(np.uint32(r).view(np.float32) * d1)
+            code = _encode(r, ebias, m, minnorm, sub_shift, nanc, infc, sbit)
+            vo[a, b] = qnan if bad else v
+            co[a, b] = u(nanc) if bad else code

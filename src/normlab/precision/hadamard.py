@@ -24,6 +24,7 @@ x's dtype (float32 or float64; other float types are computed in float32).
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -69,12 +70,23 @@ def rht_matrix(block: int, seed: Any, *, inverse: bool = False) -> np.ndarray:
 
 def rht_apply(x: Any, m: Any, axis: int, *, xp: ArrayNamespace | None = None) -> Any:
     """`x @ m` on every block of `m.shape[0]` elements along `axis` (one matmul; its
-    summation order is the backend's). `x.shape[axis]` must be a multiple of the block."""
+    summation order is the backend's). `x.shape[axis]` must be a multiple of the block.
+
+    Blocks are taken where they lie: along the last axis as rows (`blocks @ m`), along an
+    earlier axis as (b, P) slabs of the following P elements (`m^T @ slab`), so no operand
+    is transposed or copied first. Each output element is the same 16-term dot product
+    either way.
+    """
     xp = namespace_of(x) if xp is None else xp
     b = m.shape[0]
-    moved = xp.moveaxis(x, axis, -1)  # ...,N
-    blocks = xp.reshape(moved, (*moved.shape[:-1], moved.shape[-1] // b, b))  # ...,nB,b
-    return xp.moveaxis(xp.reshape(blocks @ m, tuple(moved.shape)), -1, axis)
+    shape = tuple(x.shape)
+    ax = axis % len(shape)
+    if ax == len(shape) - 1:
+        blocks = xp.reshape(x, (*shape[:-1], shape[-1] // b, b))  # ...,nB,b
+        return xp.reshape(blocks @ m, shape)
+    post = math.prod(shape[ax + 1:])
+    slabs = xp.reshape(x, (math.prod(shape[:ax]) * (shape[ax] // b), b, post))  # G,b,P
+    return xp.reshape(xp.moveaxis(m, 0, 1) @ slabs, shape)
 
 
 def _apply(x: Any, block: int, seed: int, axis: int, inverse: bool) -> np.ndarray:

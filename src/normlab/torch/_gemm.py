@@ -38,6 +38,7 @@ from normlab.precision import recipes
 from normlab.precision.operands import OperandSpec, operand_spec
 from normlab.torch import _operand_ops as opaque
 from normlab.torch import _operands as ops
+from normlab.torch import _product_ops as products
 from normlab.torch._operand_ops import stream_seed
 
 __all__ = [
@@ -49,6 +50,7 @@ __all__ = [
     "quantize_operand",
     "saved_wgrad_operand",
     "stream_seed",
+    "x_operands",
 ]
 
 ROLES = ("x", "w", "dy")  # index of each operand in the delayed-scaling state
@@ -68,10 +70,9 @@ def quantize_operand(layer: Any, t: torch.Tensor, role: str, axis: int, *,
     grad_role = "backward" if role == "dy" else "forward"
     if isinstance(r, recipes.Bf16Recipe):
         return ops.rounded(t, r.format_for(grad_role))
-    if isinstance(r, recipes.Fp8DelayedRecipe):
-        return layer.delayed_quantize(t, ROLES.index(role))
-    if isinstance(r, recipes.Fp8CurrentRecipe):
-        return layer.current_quantize(t, ROLES.index(role))
+    if isinstance(r, _SCALED):
+        scale = layer.operand_scale(t, ROLES.index(role))
+        return ops.per_tensor(t, r.format_for(grad_role), scale)
     if isinstance(r, recipes.MXRecipe):
         return ops.mx_blocks(t, r.format_for(grad_role), axis, r.block_size, r.scale_rule)
     if isinstance(r, recipes.NVFP4Recipe):
@@ -130,16 +131,33 @@ def saved_wgrad_operand(layer: Any, x: torch.Tensor) -> SavedOperand:
     return SavedOperand(parts, spec, (rows, x.shape[1]), opaque.order_of(spec, rows_first))
 
 
+def x_operands(layer: Any, x: torch.Tensor, keep: bool
+               ) -> tuple[torch.Tensor, SavedOperand | None]:
+    """`q(x)_K` of `x` (M,K) for the forward GEMM and, if `keep`, the saved wgrad operand.
+
+    Where one quantisation serves both GEMMs (Bf16, FP8: values that do not depend on the
+    axis), the values and the saved codes come from one pass over x.
+    """
+    r = layer.recipe
+    if not (keep and isinstance(r, (recipes.Bf16Recipe, *_SCALED))):
+        qx = quantize_operand(layer, x, "x", axis=1)
+        return qx, saved_wgrad_operand(layer, x) if keep else None
+    spec = operand_spec(r, "x", 0)
+    scale = layer.operand_scale(x, 0) if isinstance(r, _SCALED) else None
+    qx, parts = opaque.fake_encode(x, spec, scale=scale)
+    order = opaque.order_of(spec, x.stride(1) == 1 or x.shape[1] == 1)
+    return qx, SavedOperand(parts, spec, (x.shape[0], x.shape[1]), order)
+
+
 def forward_operands(layer: Any, x: torch.Tensor, w: torch.Tensor, *, keep: bool = True
                      ) -> tuple[torch.Tensor, torch.Tensor, SavedOperand | None,
                                 torch.Tensor | None]:
     """The forward GEMM's operands `(q(x)_K, q(W)_K)` of `x` (M,K) and `w` (N,K), then what
     backward needs of them: the saved wgrad operand of x (if `keep`) and, for per-tensor
     scaled recipes, the scale W was quantised with."""
-    qx = quantize_operand(layer, x, "x", axis=1)
+    qx, saved = x_operands(layer, x, keep)
     qw = quantize_operand(layer, w, "w", axis=1)
     w_scale = layer.scale[1].clone() if isinstance(layer.recipe, _SCALED) else None
-    saved = saved_wgrad_operand(layer, x) if keep else None
     return qx, qw, saved, w_scale
 
 
@@ -167,7 +185,7 @@ def backward_operands(layer: Any, dy: torch.Tensor, w: torch.Tensor,
         return qdy, w_n, qdy, x_m
     step = None
     if isinstance(r, recipes.NVFP4Recipe) and r.stochastic_gradients:
-        step = opaque.next_step(layer.rounding_counter)
+        step = products.next_step(layer.rounding_counter)
     dy_n = w_n = dy_m = None
     if dgrad:
         dy_n = quantize_operand(layer, dy, "dy", 1, step=step, which=0)  # M,N
@@ -187,7 +205,7 @@ class QuantLinearFunction(torch.autograd.Function):
         """`keep`: grad mode was on at the call, so a backward may follow (save for it)."""
         wgrad = keep and ctx.needs_input_grad[1]  # the wgrad GEMM will run
         qx, qw, saved, w_scale = forward_operands(layer, x, weight, keep=wgrad)  # M,K  N,K
-        y = opaque.gemm(qx, qw, bias, trans_b=True)  # M,N
+        y = products.gemm(qx, qw, bias, trans_b=True)  # M,N
         if keep:  # a backward may follow (grad mode was on)
             parts = (torch.empty(0),) * 3 if saved is None else saved.parts
             ctx.save_for_backward(weight, *parts,
@@ -209,9 +227,9 @@ class QuantLinearFunction(torch.autograd.Function):
         xt, wt, bt = ctx.dtypes
         dx = dw = db = None
         if need_dx:
-            dx = opaque.gemm(dy_n, w_n).to(xt)  # type: ignore[arg-type]  # M,K
+            dx = products.gemm(dy_n, w_n).to(xt)  # type: ignore[arg-type]  # M,K
         if need_dw:
-            dw = opaque.gemm(dy_m, x_m, trans_a=True).to(wt)  # type: ignore[arg-type]  # N,K
+            dw = products.gemm(dy_m, x_m, trans_a=True).to(wt)  # type: ignore[arg-type]  # N,K
         if ctx.has_bias and ctx.needs_input_grad[2]:
-            db = opaque.column_sum(dy).to(bt)  # N
+            db = products.column_sum(dy).to(bt)  # N
         return dx, dw, db, None, None

@@ -1,4 +1,5 @@
-"""The training GEMMs' quantisation and products as PyTorch custom ops, opaque to compilers.
+"""The training GEMMs' operand quantisation as PyTorch custom ops, opaque to compilers
+(the products are in [normlab.torch._product_ops][]).
 
 Dimension letters: M rows, K in_features, N out_features; R, C an operand's rows and columns.
 
@@ -13,7 +14,9 @@ bits. Each op is also where the path is chosen:
 - CPU tensors of float32 or bfloat16 whose rows or columns are contiguous: a zero-copy
   NumPy view (bfloat16 as its 16-bit patterns) through [normlab.precision.operands][],
   which runs the numba operand kernels (one pass per operand, no float32 copy of a
-  bfloat16 input, blocks read where they lie);
+  bfloat16 input, blocks read where they lie; a forward operand of the Bf16 and FP8
+  recipes and its saved codes in one pass, `fake_encode`; per-tensor amaxes in one
+  read-only pass, `tensor_amax`);
 - anything else (other devices, other dtypes or layouts, `NORMLAB_BACKEND=numpy`, no
   numba): the same functions on tensors (torch ops, the recipes' shared arithmetic).
 
@@ -23,9 +26,8 @@ columns-first ("F") as the torch path of its recipe lays them out (`order_of`), 
 GEMMs see the strides they always saw and the fake implementations know them.
 
 Stochastic rounding (NVFP4 gradients) draws from streams numbered by the layer's step
-counter, a CPU int64 tensor that `next_step` advances in place (a declared mutation, so
-compiled backward passes advance it too); the seed of each rounding is computed inside
-the op from the counter's value.
+counter ([next_step][normlab.torch._product_ops.next_step]); the seed of each rounding
+is computed inside the op from the counter's value.
 """
 
 from __future__ import annotations
@@ -39,22 +41,23 @@ import torch
 
 from normlab import _backend
 from normlab.precision import operands as po
+from normlab.precision import recipe_core as core
 from normlab.precision.hadamard import rht_apply
 from normlab.precision.namespace import NUMPY
 from normlab.precision.operand_codes import Encoded, stores_codes
+from normlab.precision.operand_pass import fake_encode_operand
 from normlab.torch._stochastic import splitmix64_int
 from normlab.torch.namespace import TORCH
 
 __all__ = [
-    "column_sum",
     "decode",
     "encode",
     "fake",
-    "gemm",
+    "fake_encode",
     "hadamard_rows",
-    "next_step",
     "order_of",
     "stream_seed",
+    "tensor_amax",
 ]
 
 _EMPTY = (0,)
@@ -246,6 +249,15 @@ def _encoded_shapes(s: po.OperandSpec, shape: tuple[Any, Any],
     return code_shape, code_dtype, grid, torch.float32, _EMPTY
 
 
+def _tensor(a: Any) -> torch.Tensor:
+    """A kernel's result as a tensor sharing its memory (a copy only where it is not a
+    writable C-contiguous array; 0-d stays 0-d)."""
+    arr = np.asarray(a)
+    if not (arr.flags.c_contiguous and arr.flags.writeable):
+        arr = arr.copy(order="C")
+    return torch.from_numpy(arr)
+
+
 @torch.library.custom_op("normlab::encode_operand", mutates_args=())
 def _encode_op(t: torch.Tensor, spec: str, scale: torch.Tensor | None,
                hadamard: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -257,7 +269,7 @@ def _encode_op(t: torch.Tensor, spec: str, scale: torch.Tensor | None,
         sc = None if scale is None else np.float32(scale.detach().cpu().item())
         with _threads():
             enc = po.encode_operand(view, s, scale=sc, order=order, xp=NUMPY)
-        parts = [None if p is None else torch.from_numpy(np.asarray(p).copy(order="C"))
+        parts = [None if p is None else _tensor(p)
                  for p in (enc.codes, enc.scales, enc.tensor_scale)]
     else:
         enc = po.encode_operand(src.detach(), s, scale=scale, order=order, xp=TORCH)
@@ -281,6 +293,46 @@ def encode(t: torch.Tensor, spec: po.OperandSpec, *, scale: torch.Tensor | None 
     """Operand `t` as (codes, scales, tensor scale) tensors (empty where the kind has none):
     [encode_operand][normlab.precision.operands.encode_operand] in its fixed layout."""
     return _encode_op(t, spec.key(), scale, hadamard)
+
+
+@torch.library.custom_op("normlab::fake_encode_operand", mutates_args=())
+def _fake_encode_op(t: torch.Tensor, spec: str, scale: torch.Tensor | None
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    s = po.OperandSpec.from_key(spec)
+    order = order_of(s, _rows_contiguous(t))
+    view = _numpy_view(t) if _fast("fake_encode_operand") else None
+    if view is not None:
+        sc = None if scale is None else np.float32(scale.detach().cpu().item())
+        with _threads():
+            values, enc = fake_encode_operand(view, s, scale=sc, order=order, xp=NUMPY)
+        out: list[torch.Tensor | None] = [torch.from_numpy(np.asarray(values))]
+        out += [None if p is None else _tensor(p)
+                for p in (enc.codes, enc.scales, enc.tensor_scale)]
+    else:
+        values, enc = fake_encode_operand(t.detach(), s, scale=scale, order=order, xp=TORCH)
+        out = [values, enc.codes, enc.scales, enc.tensor_scale]
+    out[0] = _layout(out[0], order)  # type: ignore[arg-type]
+    return tuple(torch.empty(_EMPTY, dtype=torch.float32, device=t.device) if p is None
+                 else p.to(t.device) for p in out)  # type: ignore[return-value]
+
+
+@_fake_encode_op.register_fake
+def _(t, spec, scale):
+    s = po.OperandSpec.from_key(spec)
+    order = order_of(s, _rows_contiguous(t))
+    cs, cd, ss, sd, ts = _encoded_shapes(s, tuple(t.shape), order)
+    return (_empty_2d(tuple(t.shape), order, torch.float32, t.device),
+            t.new_empty(cs, dtype=cd), t.new_empty(ss, dtype=sd),
+            t.new_empty(ts, dtype=torch.float32))
+
+
+def fake_encode(t: torch.Tensor, spec: po.OperandSpec, *, scale: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
+    """`(fake(t, spec), encode(t, spec))` from one pass over `t` where the kind allows
+    ([fake_encode_operand][normlab.precision.operand_pass.fake_encode_operand]): the
+    forward operand of the Bf16 and FP8 recipes and its saved codes, both laid out as `t`."""
+    values, *parts = _fake_encode_op(t, spec.key(), scale)
+    return values, tuple(parts)
 
 
 @torch.library.custom_op("normlab::decode_operand", mutates_args=())
@@ -310,55 +362,28 @@ def decode(parts: tuple[torch.Tensor, ...], spec: po.OperandSpec, shape: tuple[i
     return _decode_op(*parts, spec.key(), int(shape[0]), int(shape[1]), order)
 
 
-@torch.library.custom_op("normlab::gemm", mutates_args=())
-def _gemm_op(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, trans_a: bool,
-             trans_b: bool) -> torch.Tensor:
-    out = (a.t() if trans_a else a) @ (b.t() if trans_b else b)
-    return out if bias is None else out + bias.to(torch.float32)
+@torch.library.custom_op("normlab::tensor_amax", mutates_args=())
+def _amax_op(t: torch.Tensor) -> torch.Tensor:
+    view = _numpy_view(t) if _fast("fake_operand") else None
+    if view is not None:
+        from normlab.kernels.operand import tensor_amax as amax_kernel  # numba is there
+
+        with _threads():
+            found = amax_kernel(view)
+        if found is not NotImplemented:
+            return torch.tensor(float(found), dtype=torch.float32)
+    return core.tensor_amax(t.detach(), xp=TORCH).clone()
 
 
-@_gemm_op.register_fake
-def _(a, b, bias, trans_a, trans_b):
-    rows = a.shape[1] if trans_a else a.shape[0]
-    cols = b.shape[0] if trans_b else b.shape[1]
-    return a.new_empty((rows, cols), dtype=torch.float32)
+@_amax_op.register_fake
+def _(t):
+    work = torch.float64 if t.dtype == torch.float64 else torch.float32
+    return t.new_empty((), dtype=work)
 
 
-def gemm(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, *,
-         trans_a: bool = False, trans_b: bool = False) -> torch.Tensor:
-    """`op(a) @ op(b) (+ bias)` in float32 as eager PyTorch computes it (`op` transposes
-    where asked; the transposition happens inside, so the product sees the operands'
-    own strides)."""
-    return _gemm_op(a, b, bias, trans_a, trans_b)
-
-
-@torch.library.custom_op("normlab::column_sum", mutates_args=())
-def _column_sum_op(dy: torch.Tensor) -> torch.Tensor:
-    return dy.to(torch.float32).sum(0)
-
-
-@_column_sum_op.register_fake
-def _(dy):
-    return dy.new_empty((dy.shape[1],), dtype=torch.float32)
-
-
-def column_sum(dy: torch.Tensor) -> torch.Tensor:
-    """The bias gradient `float32(dy).sum(0)` in eager's summation order, shape (N,)."""
-    return _column_sum_op(dy)
-
-
-@torch.library.custom_op("normlab::next_step", mutates_args=("counter",))
-def _next_step_op(counter: torch.Tensor) -> torch.Tensor:
-    step = counter.clone()
-    counter.add_(1)
-    return step
-
-
-@_next_step_op.register_fake
-def _(counter):
-    return torch.empty_like(counter)
-
-
-def next_step(counter: torch.Tensor) -> torch.Tensor:
-    """The counter's value (a new 0-d tensor); the counter advances by one, in place."""
-    return _next_step_op(counter)
+def tensor_amax(t: torch.Tensor) -> torch.Tensor:
+    """max |t| as a 0-d tensor of t's work dtype (float32; float64 for float64 `t`), NaN
+    if `t` holds one: [tensor_amax][normlab.precision.recipe_core.tensor_amax], in one
+    read-only pass of the numba kernel for CPU float32/bfloat16 operands (no float32 copy,
+    no |t| temporary)."""
+    return _amax_op(t)

@@ -52,7 +52,7 @@ from normlab.precision.recipes import (
     Recipe,
     check_recipe,
 )
-from normlab.torch import _operands as ops
+from normlab.torch import _operand_ops as opaque
 from normlab.torch._extra_state import pack_extra_state, unpack_extra_state
 from normlab.torch._gemm import ROLES, QuantLinearFunction
 from normlab.torch.distributed import reduce_amax
@@ -241,35 +241,31 @@ class QuantLinear(torch.nn.Linear):
         self.rounding_step = step + 1
         return step
 
-    def delayed_quantize(self, t: torch.Tensor, index: int) -> torch.Tensor:
-        """Quantise with the current scale of operand `index`; record amax(t) in slot 0
-        (in training), as [Fp8Meta.quantize][normlab.precision.Fp8Meta.quantize]."""
+    def operand_scale(self, t: torch.Tensor, index: int) -> torch.Tensor:
+        """The 0-d float32 scale the FP8 recipes quantise operand `index` (`t`) with.
+
+        Delayed scaling: the current scale, and amax(t) recorded in slot 0 of the history
+        (in training), as [Fp8Meta.quantize][normlab.precision.Fp8Meta.quantize]. Current
+        scaling: the scale of amax(t) reduced over the group, kept in `scale`.
+        """
         r = self.recipe
-        assert isinstance(r, Fp8DelayedRecipe)
-        fmt = r.format_for("backward" if ROLES[index] == "dy" else "forward")
-        assert self.scale is not None and self.amax_history is not None
-        out = ops.per_tensor(t, fmt, self.scale[index])
+        assert isinstance(r, (Fp8DelayedRecipe, Fp8CurrentRecipe)) and self.scale is not None
+        if isinstance(r, Fp8CurrentRecipe):
+            fmt = r.format_for("backward" if ROLES[index] == "dy" else "forward")
+            amax = self.reduce(opaque.tensor_amax(t).reshape(1).to(torch.float32))  # 1
+            self.scale[index] = core.current_scale(
+                t, fmt, margin=r.margin, epsilon=r.amax_epsilon,
+                power_of_2_scales=r.power_of_2_scales, amax=amax[0], xp=TORCH)
+            return self.scale[index]
+        assert self.amax_history is not None
         # dy is quantised in the backward pass; x and W in a forward, which during a backward
         # pass is a recomputation (checkpointing) that must leave the history alone
         if self.training and (ROLES[index] == "dy" or not recomputing()):
-            amax = core.tensor_amax(t, xp=TORCH)
             row = self.amax_history[index]  # L
-            self.amax_history[index] = scales.record_amax(row, amax, xp=TORCH)
+            self.amax_history[index] = scales.record_amax(row, opaque.tensor_amax(t),
+                                                          xp=TORCH)
             self.pending = True
-        return out
-
-    def current_quantize(self, t: torch.Tensor, index: int) -> torch.Tensor:
-        """Quantise with the scale of amax(t), reduced over the group; keep it in `scale`."""
-        r = self.recipe
-        assert isinstance(r, Fp8CurrentRecipe)
-        fmt = r.format_for("backward" if ROLES[index] == "dy" else "forward")
-        amax = self.reduce(core.tensor_amax(t, xp=TORCH).reshape(1).to(torch.float32))  # 1
-        scale = core.current_scale(t, fmt, margin=r.margin, epsilon=r.amax_epsilon,
-                                   power_of_2_scales=r.power_of_2_scales, amax=amax[0],
-                                   xp=TORCH)
-        assert self.scale is not None
-        self.scale[index] = scale
-        return ops.per_tensor(t, fmt, scale)
+        return self.scale[index]
 
     def enter_step(self) -> None:
         """Open a [training_step][normlab.torch.steps.training_step] region around this layer.
