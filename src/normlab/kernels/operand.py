@@ -26,10 +26,10 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from normlab.kernels import block_scale_jit, operand_jit
+from normlab.kernels import block_scale_jit, operand_jit, scale_grid_jit
 from normlab.kernels._adapt import launch
 from normlab.kernels.quantize import narrow_nearest_serves, round_params
-from normlab.precision import block_scales
+from normlab.precision import block_scales, scales
 from normlab.precision import recipe_core as core
 from normlab.precision.formats import FLOAT8_E4M3FN, Format, NanConvention
 from normlab.precision.modes import RoundingMode
@@ -43,6 +43,10 @@ _F32 = np.dtype(np.float32)
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 _EMPTY_F = np.zeros((0, 0), np.float32)
 _EMPTY_U8 = np.zeros((0, 0), np.uint8)
+# NVFP4's block scales round to E4M3 to nearest even, saturating (every parameter but
+# `qbits`, which nearest rounding does not use)
+_E4M3_SAT = tuple(p for i, p in enumerate(
+    round_params(FLOAT8_E4M3FN, RoundingMode.NEAREST, True, _F32)) if i != 2)
 
 
 def _serves(fmt: Format) -> bool:
@@ -98,15 +102,22 @@ def _factors(xb: np.ndarray, block: tuple[int, int], spec: OperandSpec,
     amax = _amax(xb, *block)
     with NUMPY.quiet():
         if spec.kind == "mx":
-            codes = block_scales.mx_scale_codes(amax, spec.fmt, spec.rule, xp=NUMPY)
-            bad = codes == block_scales.MX_NAN_CODE
-            mul = np.ldexp(np.float32(1.0), np.where(bad, 0, 127 - codes)).astype(np.float32)
-            d1 = core.e8m0_values(codes, xp=NUMPY)
-            return mul, d1, np.float32(1.0), codes.astype(np.uint8), None
+            mul, d1 = np.empty_like(amax), np.empty_like(amax)
+            codes = np.empty(amax.shape, np.uint8)
+            launch(scale_grid_jit.mx_grid, amax.size, amax, spec.fmt.emax,
+                   spec.rule == "round_up", np.float32(1.0 / spec.fmt.max), mul, d1, codes)
+            return mul, d1, np.float32(1.0), codes, None
         if spec.kind == "nvfp4":
-            s_b, e_b, s_dec = block_scales.nvfp4_scales(
-                amax, core.tensor_amax(amax, xp=NUMPY), xp=NUMPY)
-            return _grid(e_b), _grid(s_b), np.float32(s_dec), s_b, np.float32(s_dec)
+            # the 0-d tensor-level steps of `block_scales.nvfp4_scales`, then its per-block
+            # steps compiled (`scale_grid_jit.nvfp4_grid`)
+            s_enc = scales.scale_from_amax(core.tensor_amax(amax, xp=NUMPY),
+                                           block_scales.NVFP4_TENSOR_MAX, xp=NUMPY)
+            s_dec = np.float32(np.float32(1.0) / s_enc)
+            s_mul = np.float32(s_enc * np.float32(1.0 / 6.0))
+            e_b, s_b = np.empty_like(amax), np.empty_like(amax)
+            launch(scale_grid_jit.nvfp4_grid, amax.size, amax, s_mul, s_dec, *_E4M3_SAT,
+                   F32_MAX, e_b, s_b)
+            return e_b, s_b, s_dec, s_b, s_dec
         s = block_scales.blockwise_scales(amax, spec.fmt, epsilon=spec.epsilon,
                                           power_of_2_scales=spec.pow2,
                                           value_for_inf=F32_MAX, xp=NUMPY)
