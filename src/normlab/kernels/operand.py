@@ -76,6 +76,8 @@ def _amax(xb: np.ndarray, ra: int, rb: int) -> np.ndarray:
     out = np.empty((nA, nB), xb.dtype)
     if rb == 1 and ra > 1:
         launch(operand_jit.amax_cols, xb.size, xb, ra, mask, out)
+    elif ra == 1 and rb < B:
+        launch(operand_jit.amax_row_blocks, xb.size, xb, rb, mask, out)
     else:
         launch(block_scale_jit.amax_bits, xb.size, xb.reshape(1, A, B), ra, rb, mask,
                out.reshape(1, nA, nB))
@@ -110,7 +112,8 @@ def _factors(xb: np.ndarray, block: tuple[int, int], spec: OperandSpec,
         if spec.kind == "nvfp4":
             # the 0-d tensor-level steps of `block_scales.nvfp4_scales`, then its per-block
             # steps compiled (`scale_grid_jit.nvfp4_grid`)
-            s_enc = scales.scale_from_amax(core.tensor_amax(amax, xp=NUMPY),
+            # the tensor amax is the grid's max (non-negative; NaN wins, as in tensor_amax)
+            s_enc = scales.scale_from_amax(np.float32(amax.max()),
                                            block_scales.NVFP4_TENSOR_MAX, xp=NUMPY)
             s_dec = np.float32(np.float32(1.0) / s_enc)
             s_mul = np.float32(s_enc * np.float32(1.0 / 6.0))

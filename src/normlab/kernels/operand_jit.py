@@ -39,8 +39,8 @@ from normlab.kernels.quantize_jit import (
     splitmix64,
 )
 
-__all__ = ["amax_cols", "amax_rows", "decode_blocks", "encode_blocks", "encode_values",
-           "fake_blocks", "fake_encode_flat"]
+__all__ = ["amax_cols", "amax_row_blocks", "amax_rows", "decode_blocks", "encode_blocks",
+           "encode_values", "fake_blocks", "fake_encode_flat"]
 
 _INF = np.uint32(0x7F800000)
 _SIGN = np.uint32(0x80000000)
@@ -126,7 +126,7 @@ def fake_blocks(xb, ra, rb, mul, d1, d2, m, emin, qbits, maxbits, ovf, flush_bit
     """Scale, round and dequantise every element into `vo` ((A, B), or (B, A) if `flip`).
 
     Arguments in the module header. Per row: its factors, then one branch-free loop over
-    the row (vectorised), then the row written out; one parallel task per `_GROUP` rows.
+    the row (vectorised) writing the output row; one parallel task per `_GROUP` rows.
     Flipped, the group's rows are kept and written out together, column by column (runs of
     `_GROUP` contiguous values instead of one value per output row).
     """
@@ -137,11 +137,11 @@ def fake_blocks(xb, ra, rb, mul, d1, d2, m, emin, qbits, maxbits, ovf, flush_bit
     for g in prange(-(-A // _GROUP)):
         srow = np.empty(B, np.float32)
         frow = np.empty(B, np.float32)
-        tile = np.empty((_GROUP if flip else 1, B), np.float32)
+        tile = np.empty((_GROUP if flip else 0, B), np.float32)
         current = -1
         a0, a1 = g * _GROUP, min(A, (g + 1) * _GROUP)
         for a in range(a0, a1):
-            vrow = tile[a - a0] if flip else tile[0]
+            vrow = tile[a - a0] if flip else vo[a]  # unflipped rows are written in place
             if a // ra != current:  # a new row of blocks
                 current = a // ra
                 _factors(mul, d1, current, rb, srow, frow)
@@ -164,9 +164,6 @@ def fake_blocks(xb, ra, rb, mul, d1, d2, m, emin, qbits, maxbits, ovf, flush_bit
                                  nan_keep, nan_out, sh, low, bias, mn, c)
                     v = np.float32(np.float32(np.uint32(r).view(np.float32) * frow[b]) * d2)
                     vrow[b] = qnan if frow[b] != frow[b] else v
-            if not flip:
-                for b in range(B):
-                    vo[a, b] = vrow[b]
         if flip:  # the group's rows go out as runs of the output's rows
             for b in range(B):
                 for a in range(a0, a1):
@@ -308,3 +305,24 @@ def fake_encode_flat(xb, mul, d1, m, emin, maxbits, ovf, flush_bits, inf_out, na
             code = _encode(r, ebias, m, minnorm, sub_shift, nanc, infc, sbit)
             vo[a, b] = qnan if bad else v
             co[a, b] = u(nanc) if bad else code
+
+
+@jit()
+def amax_row_blocks(xb, rb, mask, out):
+    """out[a, bb] = max over block bb of row a of (xb[a, b] & mask): blocks (1, rb) along
+    rows, as `amax_cols` (a row's full blocks in one loop of fixed-length runs, the ragged
+    tail after them)."""
+    A, B = xb.shape
+    full = B // rb
+    for a in prange(A):
+        for bb in range(full):
+            m = out.dtype.type(0)
+            base = bb * rb
+            for j in range(rb):
+                m = max(m, xb[a, base + j] & mask)
+            out[a, bb] = m
+        if full * rb < B:
+            m = out.dtype.type(0)
+            for b in range(full * rb, B):
+                m = max(m, xb[a, b] & mask)
+            out[a, full] = m

@@ -140,7 +140,9 @@ def hadamard_rows(t: torch.Tensor, matrix: torch.Tensor) -> torch.Tensor:
 
     The map is orthogonal, so for two operands transformed alike `(H dy)^T (H x) = dy^T x`.
     """
-    padded = torch.nn.functional.pad(t.to(torch.float32), (0, 0, 0, (-t.shape[0]) % 16))
+    pad = (-t.shape[0]) % 16
+    work = t.to(torch.float32)
+    padded = torch.nn.functional.pad(work, (0, 0, 0, pad)) if pad else work
     # the matrix's entries are +-1/4, exact in every float dtype a module cast may give it
     return rht_apply(padded, matrix.to(torch.float32), 0, xp=TORCH)  # M',C
 
