@@ -112,6 +112,15 @@ def _factors(mul, d1, ba, rb, srow, frow):
     spread over their blocks); `mul` may be a (1, 1) grid."""
     B = srow.shape[0]
     one = mul.shape[0] == 1 and mul.shape[1] == 1
+    if not one and rb < B and rb & (rb - 1) == 0:  # power-of-two blocks: one indexed pass
+        sh = 0
+        while (1 << sh) < rb:
+            sh += 1
+        mrow, drow = mul[ba], d1[ba]
+        for b in range(B):
+            srow[b] = mrow[b >> sh]
+            frow[b] = drow[b >> sh]
+        return
     for bb in range(d1.shape[1]):
         s = mul[0, 0] if one else mul[ba, bb]
         f = d1[ba, bb]
