@@ -311,14 +311,15 @@ class QuantLinear(torch.nn.Linear):
         assert self.scale is not None and self.amax_history is not None
         slot0 = self.reduce(self.amax_history[:, 0].clone())  # 3
         self.amax_history[:, 0] = slot0
-        rows = []
-        for i, role in enumerate(ROLES):
-            fmt = r.format_for("backward" if role == "dy" else "forward")
-            rows.append(scales.delayed_update(
-                self.amax_history[i], self.scale[i], fmt.max, margin=r.margin,
-                amax_compute_algo=r.amax_compute_algo, update=r.update, xp=TORCH))
-        self.amax_history.copy_(torch.stack([h for h, _ in rows]))  # 3,L
-        self.scale.copy_(torch.stack([s for _, s in rows]))  # 3
+        # one batched update per format (the update is elementwise over the operands):
+        # x and W share the forward format, dy has the backward one
+        for rows, role in ((slice(0, 2), "forward"), (slice(2, 3), "backward")):
+            history, scale = scales.delayed_update(
+                self.amax_history[rows], self.scale[rows], r.format_for(role).max,
+                margin=r.margin, amax_compute_algo=r.amax_compute_algo, update=r.update,
+                xp=TORCH)
+            self.amax_history[rows] = history  # 2,L or 1,L
+            self.scale[rows] = scale
         self.pending = False
 
     # --- the call -------------------------------------------------------------------
