@@ -112,14 +112,21 @@ def _factors(mul, d1, ba, rb, srow, frow):
     spread over their blocks); `mul` may be a (1, 1) grid."""
     B = srow.shape[0]
     one = mul.shape[0] == 1 and mul.shape[1] == 1
-    if not one and rb < B and rb & (rb - 1) == 0:  # power-of-two blocks: one indexed pass
+    if rb < B and rb & (rb - 1) == 0:  # power-of-two blocks: one indexed pass
         sh = 0
         while (1 << sh) < rb:
             sh += 1
-        mrow, drow = mul[ba], d1[ba]
-        for b in range(B):
-            srow[b] = mrow[b >> sh]
-            frow[b] = drow[b >> sh]
+        drow = d1[ba]
+        if one:
+            s0 = mul[0, 0]
+            for b in range(B):
+                srow[b] = s0
+                frow[b] = drow[b >> sh]
+        else:
+            mrow = mul[ba]
+            for b in range(B):
+                srow[b] = mrow[b >> sh]
+                frow[b] = drow[b >> sh]
         return
     for bb in range(d1.shape[1]):
         s = mul[0, 0] if one else mul[ba, bb]
@@ -244,13 +251,22 @@ def decode_blocks(co, ra, rb, lut, d1, d2, packed, vo):
             if a // ra != current:
                 current = a // ra
                 _factors(ones, d1, current, rb, srow, frow)
-            for b in range(B):
-                if packed:
-                    code = np.int64((co[a, b >> 1] >> np.uint8(4 * (b & 1))) & np.uint8(15))
-                else:
+            if packed:  # two codes a byte, the even element in the low half
+                for j in range(B >> 1):
+                    byte = np.int64(co[a, j])
+                    lo = np.float32(np.float32(lut[byte & 15] * frow[2 * j]) * d2)
+                    hi = np.float32(np.float32(lut[(byte >> 4) & 15] * frow[2 * j + 1]) * d2)
+                    vo[a, 2 * j] = qnan if frow[2 * j] != frow[2 * j] else lo
+                    vo[a, 2 * j + 1] = qnan if frow[2 * j + 1] != frow[2 * j + 1] else hi
+                if B & 1:
+                    code = np.int64(co[a, B >> 1]) & 15
+                    last = np.float32(np.float32(lut[code] * frow[B - 1]) * d2)
+                    vo[a, B - 1] = qnan if frow[B - 1] != frow[B - 1] else last
+            else:
+                for b in range(B):
                     code = np.int64(co[a, b]) & mask
-                value = np.float32(np.float32(lut[code] * frow[b]) * d2)
-                vo[a, b] = qnan if frow[b] != frow[b] else value
+                    value = np.float32(np.float32(lut[code] * frow[b]) * d2)
+                    vo[a, b] = qnan if frow[b] != frow[b] else value
 
 
 @jit()

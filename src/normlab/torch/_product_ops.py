@@ -22,7 +22,7 @@ __all__ = ["column_sum", "gemm", "next_step"]
 def _gemm_op(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None, trans_a: bool,
              trans_b: bool) -> torch.Tensor:
     out = (a.t() if trans_a else a) @ (b.t() if trans_b else b)
-    return out if bias is None else out + bias.to(torch.float32)
+    return out if bias is None else out.add_(bias.to(torch.float32))  # in place: no new M,N
 
 
 @_gemm_op.register_fake
