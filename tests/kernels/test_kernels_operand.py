@@ -175,19 +175,25 @@ def test_planted_scale_fault_is_caught(monkeypatch) -> None:
         assert _mismatches(spec, _input("spread", "float32", "C"), None)
 
 
-def test_planted_one_pass_fault_is_caught(monkeypatch) -> None:
-    # the one-pass kernel's values off by one ulp somewhere: its values no longer equal
-    # fake_operand's, while its codes still do
+def _plant_ulp(monkeypatch, kernel, out_index: int, at: float) -> None:
+    """After each launch of `kernel`, flip the lowest bit of one float32 of its output
+    argument `out_index` (C-contiguous), `at` of the way through it."""
     real = kop.launch
 
     def off(kern, n, *args):
         done = real(kern, n, *args)
-        if kern is operand_jit.fake_encode_flat:
-            flat = args[-2].reshape(-1).view(np.uint32)  # vo, C-contiguous
-            flat[flat.size // 3] ^= np.uint32(1)
+        if kern is kernel:
+            flat = args[out_index].reshape(-1).view(np.uint32)
+            flat[int(flat.size * at)] ^= np.uint32(1)
         return done
 
     monkeypatch.setattr(kop, "launch", off)
+
+
+def test_planted_one_pass_fault_is_caught(monkeypatch) -> None:
+    # the one-pass kernel's values off by one ulp somewhere: its values no longer equal
+    # fake_operand's, while its codes still do
+    _plant_ulp(monkeypatch, operand_jit.fake_encode_flat, -2, 1 / 3)  # vo
     spec = _spec("fp8", "x", 1)
     assert _mismatches(spec, _input("spread", "float32", "C"), None) == [
         "C: one-pass values differ"]
@@ -196,16 +202,7 @@ def test_planted_one_pass_fault_is_caught(monkeypatch) -> None:
 def test_planted_decode_fault_is_caught(monkeypatch) -> None:
     # the decode loop's output off by one ulp somewhere: saved codes no longer give the
     # operand back
-    real = kop.launch
-
-    def off(kern, n, *args):
-        done = real(kern, n, *args)
-        if kern is operand_jit.decode_blocks:
-            flat = args[-1].reshape(-1).view(np.uint32)  # vo, C-contiguous
-            flat[flat.size // 2] ^= np.uint32(1)
-        return done
-
-    monkeypatch.setattr(kop, "launch", off)
+    _plant_ulp(monkeypatch, operand_jit.decode_blocks, -1, 1 / 2)  # vo
     spec = _spec("fp8", "x", 0)
     assert _mismatches(spec, _input("spread", "float32", "C"), None) == [
         "C: kernel decode != fake_operand", "F: kernel decode != fake_operand"]
