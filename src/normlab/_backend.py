@@ -69,6 +69,7 @@ KERNELS: dict[str, str] = {
     "fake_operand": "normlab.kernels.operand:fake_operand",
     "encode_operand": "normlab.kernels.operand:encode_operand",
     "fake_encode_operand": "normlab.kernels.operand:fake_encode_operand",
+    "tensor_amax": "normlab.kernels.operand:tensor_amax",
     "decode_operand": "normlab.kernels.operand:decode_operand",
     "layer_norm_forward": "normlab.kernels.row_norms:layer_norm_forward",
     "layer_norm_backward": "normlab.kernels.row_norms:layer_norm_backward",

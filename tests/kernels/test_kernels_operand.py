@@ -221,3 +221,20 @@ def test_serial_block_runs_large_launches_serially(monkeypatch) -> None:
         _adapt.launch(kern, 1 << 30)
     _adapt.launch(kern, 1 << 30)
     assert calls == ["serial", "parallel"]
+
+
+@pytest.mark.parametrize("layout", ["C", "F"])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_tensor_amax_kernel_equals_the_reference(kind, dtype, layout) -> None:
+    # served (not declined) and equal to the reference; NaN inputs give NaN
+    from normlab.precision import recipe_core as core
+    from normlab.precision.namespace import NUMPY
+
+    x = _input(kind, dtype, layout)
+    got = kop.tensor_amax(x)
+    assert got is not NotImplemented
+    with _backend.use_backend("numpy"):
+        want = core.tensor_amax(x, xp=NUMPY)
+    assert np.float32(got).dtype == np.float32 and np.asarray(want).dtype == np.float32
+    assert (np.isnan(got) and np.isnan(want)) or float(got) == float(want)

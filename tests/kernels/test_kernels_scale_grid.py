@@ -16,7 +16,7 @@ pytest.importorskip("numba")
 from normlab import _backend
 from normlab.kernels import operand as kop
 from normlab.kernels import scale_grid_jit
-from normlab.precision import block_scales, scales
+from normlab.precision import block_scales
 from normlab.precision import operands as po
 from normlab.precision import recipe_core as core
 from normlab.precision.namespace import NUMPY
@@ -67,10 +67,11 @@ def test_nvfp4_grid_equals_the_shared_rule(tensor_amax: float) -> None:
     amax = _grid()
     t = np.float32(tensor_amax)
     s_b, e_b, s_dec = block_scales.nvfp4_scales(amax, t, xp=NUMPY)
-    s_enc = scales.scale_from_amax(t, block_scales.NVFP4_TENSOR_MAX, xp=NUMPY)
+    s_mul, dec = block_scales.nvfp4_tensor_factors(t, xp=NUMPY)
+    assert np.float32(dec).view(np.uint32) == np.float32(s_dec).view(np.uint32)
     got_e, got_s = np.empty_like(amax), np.empty_like(amax)
     scale_grid_jit.nvfp4_grid.serial(
-        amax, np.float32(s_enc * np.float32(1.0 / 6.0)), np.float32(s_dec), *kop._E4M3_SAT,
+        amax, np.float32(s_mul), np.float32(dec), *kop._E4M3_SAT,
         np.float32(np.finfo(np.float32).max), got_e, got_s)
     np.testing.assert_array_equal(_bits(got_s), _bits(s_b))
     np.testing.assert_array_equal(_bits(got_e), _bits(e_b))

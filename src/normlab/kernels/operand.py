@@ -3,8 +3,8 @@
 Dimension letters: R, C the logical operand; A, B the array as it lies in memory (the
 operand, or its transpose when its columns are contiguous).
 
-Contract: `fake_operand`, `encode_operand`, `fake_encode_operand` and `decode_operand`
-receive the reference's
+Contract: `fake_operand`, `encode_operand`, `fake_encode_operand`, `decode_operand` and
+`tensor_amax` receive the reference's
 validated arguments (`normlab._backend.KERNELS` names them) and return the same values,
 dtypes, shapes and layout, or `NotImplemented` (input that is not a 2-D float32 or
 bfloat16 array with contiguous rows or columns, a format outside the loops' reach: more
@@ -29,7 +29,7 @@ import numpy as np
 from normlab.kernels import block_scale_jit, operand_jit, scale_grid_jit
 from normlab.kernels._adapt import launch
 from normlab.kernels.quantize import narrow_nearest_serves, round_params
-from normlab.precision import block_scales, scales
+from normlab.precision import block_scales
 from normlab.precision import recipe_core as core
 from normlab.precision.formats import FLOAT8_E4M3FN, Format, NanConvention
 from normlab.precision.modes import RoundingMode
@@ -110,13 +110,11 @@ def _factors(xb: np.ndarray, block: tuple[int, int], spec: OperandSpec,
                    spec.rule == "round_up", np.float32(1.0 / spec.fmt.max), mul, d1, codes)
             return mul, d1, np.float32(1.0), codes, None
         if spec.kind == "nvfp4":
-            # the 0-d tensor-level steps of `block_scales.nvfp4_scales`, then its per-block
-            # steps compiled (`scale_grid_jit.nvfp4_grid`)
-            # the tensor amax is the grid's max (non-negative; NaN wins, as in tensor_amax)
-            s_enc = scales.scale_from_amax(np.float32(amax.max()),
-                                           block_scales.NVFP4_TENSOR_MAX, xp=NUMPY)
-            s_dec = np.float32(np.float32(1.0) / s_enc)
-            s_mul = np.float32(s_enc * np.float32(1.0 / 6.0))
+            # the tensor-level factors of `block_scales.nvfp4_scales`, then its per-block
+            # steps compiled (`scale_grid_jit.nvfp4_grid`); the tensor amax is the grid's
+            # max (non-negative; NaN wins, as in tensor_amax)
+            s_mul, s_dec = (np.float32(f) for f in block_scales.nvfp4_tensor_factors(
+                np.float32(amax.max()), xp=NUMPY))
             e_b, s_b = np.empty_like(amax), np.empty_like(amax)
             launch(scale_grid_jit.nvfp4_grid, amax.size, amax, s_mul, s_dec, *_E4M3_SAT,
                    F32_MAX, e_b, s_b)

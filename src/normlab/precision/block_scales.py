@@ -37,7 +37,8 @@ from normlab.precision import scales
 from normlab.precision.formats import FLOAT8_E4M3FN, Format
 from normlab.precision.namespace import F32_MAX, ArrayNamespace, namespace_of
 
-__all__ = ["MX_NAN_CODE", "MX_RULES", "blockwise_scales", "mx_scale_codes", "nvfp4_scales"]
+__all__ = ["MX_NAN_CODE", "MX_RULES", "blockwise_scales", "mx_scale_codes", "nvfp4_scales",
+           "nvfp4_tensor_factors"]
 
 MX_RULES = ("ocp", "round_up")
 """The two MX scale rules: the OCP spec's floor rule and Transformer Engine's round-up."""
@@ -129,15 +130,24 @@ def nvfp4_scales(amax_blocks: Any, amax_tensor: Any, *,
     """
     xp = namespace_of(amax_blocks) if xp is None else xp
     with xp.quiet():
-        s_enc = scales.scale_from_amax(amax_tensor, NVFP4_TENSOR_MAX, xp=xp)  # 0-d float32
-        one = xp.scalar(1.0, s_enc)
-        s_dec = one / s_enc
-        sixth = xp.scalar(1.0 / 6.0, s_enc)  # float32(1/6)
+        s_mul, s_dec = nvfp4_tensor_factors(amax_tensor, xp=xp)
         # TE's order (compute_decoding_scaling_factor): amax_b * float32(S_enc * (1/6))
-        s_b = xp.astype(amax_blocks, "float32") * (s_enc * sixth)
+        s_b = xp.astype(amax_blocks, "float32") * s_mul
         block_scales = xp.astype(xp.quantize(s_b, FLOAT8_E4M3FN, saturate=True), "float32")
+        one = xp.scalar(1.0, s_dec)
         element_scales = xp.minimum(one / (block_scales * s_dec), xp.scalar(F32_MAX, s_dec))
         return block_scales, element_scales, s_dec
+
+
+def nvfp4_tensor_factors(amax_tensor: Any, *, xp: ArrayNamespace) -> tuple[Any, Any]:
+    """NVFP4's tensor-level factors, 0-d float32: `(float32(S_enc * float32(1/6)), S_dec)`,
+    the multiplier of the block amaxes and the tensor decode scale (module header); the
+    per-block steps of [nvfp4_scales][normlab.precision.block_scales.nvfp4_scales] follow
+    from them (its compiled twin takes them as they are)."""
+    with xp.quiet():
+        s_enc = scales.scale_from_amax(amax_tensor, NVFP4_TENSOR_MAX, xp=xp)  # 0-d float32
+        s_dec = xp.scalar(1.0, s_enc) / s_enc
+        return s_enc * xp.scalar(1.0 / 6.0, s_enc), s_dec
 
 
 def blockwise_scales(amax: Any, fmt: Format, *, epsilon: float = 0.0,

@@ -89,15 +89,30 @@ def rht_apply(x: Any, m: Any, axis: int, *, xp: ArrayNamespace | None = None) ->
     return xp.reshape(xp.moveaxis(m, 0, 1) @ slabs, shape)
 
 
+def rht_axis(shape: tuple[int, ...], block: int, axis: Any) -> int:
+    """`axis` checked for a transform of an array of `shape` in blocks of `block`: an
+    integer in [-ndim, ndim) along which the length is a multiple of the block.
+
+    Raises
+    ------
+    TypeError
+        If `axis` is not an integer.
+    ValueError
+        If it is out of range, or the block does not divide its length.
+    """
+    ax = check_int(axis, "axis")
+    ndim = len(shape)
+    if not -ndim <= ax < ndim:
+        raise ValueError(f"axis must be in [-{ndim}, {ndim}); got {axis}")
+    if shape[ax] % block:
+        raise ValueError(f"x.shape[{ax}] = {shape[ax]} is not a multiple of block = {block}")
+    return ax
+
+
 def _apply(x: Any, block: int, seed: int, axis: int, inverse: bool) -> np.ndarray:
     arr = as_float_array(x, "x", min_ndim=1)
     m = rht_matrix(block, seed, inverse=inverse)
-    ax = check_int(axis, "axis")
-    if not -arr.ndim <= ax < arr.ndim:
-        raise ValueError(f"axis must be in [-{arr.ndim}, {arr.ndim}); got {axis}")
-    n = arr.shape[ax]
-    if n % block:
-        raise ValueError(f"x.shape[{ax}] = {n} is not a multiple of block = {block}")
+    ax = rht_axis(arr.shape, block, axis)
     work = NUMPY.work(arr)
     out: np.ndarray = rht_apply(work, m.astype(work.dtype), ax, xp=NUMPY)
     return out

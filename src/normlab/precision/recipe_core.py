@@ -22,7 +22,7 @@ from typing import Any
 from normlab.precision import block_scales, blocks, scales
 from normlab.precision.block_scales import MX_NAN_CODE
 from normlab.precision.formats import FLOAT4_E2M1FN, Format
-from normlab.precision.namespace import ArrayNamespace
+from normlab.precision.namespace import ArrayNamespace, namespace_of
 
 __all__ = [
     "blockwise_dequantize_values",
@@ -39,7 +39,15 @@ __all__ = [
 
 
 def tensor_amax(x: Any, *, xp: ArrayNamespace) -> Any:
-    """max |x| as a 0-d array of x's work dtype (NaN if x holds one; 0 when x is empty)."""
+    """max |x| as a 0-d array of x's work dtype (NaN if x holds one; 0 when x is empty).
+
+    On NumPy arrays the numba kernel `"tensor_amax"` serves 2-D float32 and bfloat16
+    operands in one read-only pass (the same value: a max is one of the inputs)."""
+    return xp.dispatch("tensor_amax", _tensor_amax_reference, x)
+
+
+def _tensor_amax_reference(x: Any) -> Any:
+    xp = namespace_of(x)
     work = xp.work(x)
     if math.prod(x.shape) == 0:
         return xp.full((), 0.0, work)

@@ -276,8 +276,14 @@ def _encode_op(t: torch.Tensor, spec: str, scale: torch.Tensor | None,
     else:
         enc = po.encode_operand(src.detach(), s, scale=scale, order=order, xp=TORCH)
         parts = [enc.codes, enc.scales, enc.tensor_scale]
-    return tuple(torch.empty(_EMPTY, dtype=torch.float32, device=t.device) if p is None
-                 else p.contiguous().to(t.device) for p in parts)  # type: ignore[return-value]
+    return _parts(parts, t.device)  # type: ignore[return-value]
+
+
+def _parts(parts: Any, device: Any) -> tuple[torch.Tensor, ...]:
+    """(codes, scales, tensor scale) as contiguous tensors on `device`, an empty float32
+    tensor where the kind has none."""
+    return tuple(torch.empty(_EMPTY, dtype=torch.float32, device=device) if p is None
+                 else p.contiguous().to(device) for p in parts)
 
 
 @_encode_op.register_fake
@@ -306,16 +312,15 @@ def _fake_encode_op(t: torch.Tensor, spec: str, scale: torch.Tensor | None
     if view is not None:
         sc = None if scale is None else np.float32(scale.detach().cpu().item())
         with _threads():
-            values, enc = fake_encode_operand(view, s, scale=sc, order=order, xp=NUMPY)
-        out: list[torch.Tensor | None] = [torch.from_numpy(np.asarray(values))]
-        out += [None if p is None else _tensor(p)
-                for p in (enc.codes, enc.scales, enc.tensor_scale)]
+            vals, enc = fake_encode_operand(view, s, scale=sc, order=order, xp=NUMPY)
+        values = torch.from_numpy(np.asarray(vals))
+        parts = [None if p is None else _tensor(p)
+                 for p in (enc.codes, enc.scales, enc.tensor_scale)]
     else:
         values, enc = fake_encode_operand(t.detach(), s, scale=scale, order=order, xp=TORCH)
-        out = [values, enc.codes, enc.scales, enc.tensor_scale]
-    out[0] = _layout(out[0], order)  # type: ignore[arg-type]
-    return tuple(torch.empty(_EMPTY, dtype=torch.float32, device=t.device) if p is None
-                 else p.to(t.device) for p in out)  # type: ignore[return-value]
+        parts = [enc.codes, enc.scales, enc.tensor_scale]
+    values = _layout(values, order).to(t.device)
+    return (values, *_parts(parts, t.device))  # type: ignore[return-value]
 
 
 @_fake_encode_op.register_fake
@@ -366,14 +371,10 @@ def decode(parts: tuple[torch.Tensor, ...], spec: po.OperandSpec, shape: tuple[i
 
 @torch.library.custom_op("normlab::tensor_amax", mutates_args=())
 def _amax_op(t: torch.Tensor) -> torch.Tensor:
-    view = _numpy_view(t) if _fast("fake_operand") else None
+    view = _numpy_view(t) if _fast("tensor_amax") else None
     if view is not None:
-        from normlab.kernels.operand import tensor_amax as amax_kernel  # numba is there
-
         with _threads():
-            found = amax_kernel(view)
-        if found is not NotImplemented:
-            return torch.tensor(float(found), dtype=torch.float32)
+            return torch.tensor(float(core.tensor_amax(view, xp=NUMPY)), dtype=torch.float32)
     return core.tensor_amax(t.detach(), xp=TORCH).clone()
 
 
@@ -385,7 +386,7 @@ def _(t):
 
 def tensor_amax(t: torch.Tensor) -> torch.Tensor:
     """max |t| as a 0-d tensor of t's work dtype (float32; float64 for float64 `t`), NaN
-    if `t` holds one: [tensor_amax][normlab.precision.recipe_core.tensor_amax], in one
-    read-only pass of the numba kernel for CPU float32/bfloat16 operands (no float32 copy,
+    if `t` holds one: [tensor_amax][normlab.precision.recipe_core.tensor_amax]; CPU
+    float32/bfloat16 operands go to its kernel through a zero-copy view (no float32 copy,
     no |t| temporary)."""
     return _amax_op(t)

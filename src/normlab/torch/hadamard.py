@@ -14,8 +14,7 @@ NVFP4", 2025, sec. 4.2.
 
 from __future__ import annotations
 
-from normlab._validate import check_int
-from normlab.precision.hadamard import rht_apply, rht_matrix
+from normlab.precision.hadamard import rht_apply, rht_axis, rht_matrix
 from normlab.torch._import import torch
 from normlab.torch.namespace import TORCH
 from normlab.torch.quantize import check_tensor
@@ -28,12 +27,7 @@ def _apply(t: torch.Tensor, block: int, seed: int, axis: int, inverse: bool) -> 
     if t.dim() < 1:
         raise ValueError(f"x must have at least one dimension; got shape {tuple(t.shape)}")
     m = rht_matrix(block, seed, inverse=inverse)  # b,b float64, the NumPy side's matrix
-    ax = check_int(axis, "axis")
-    if not -t.dim() <= ax < t.dim():
-        raise ValueError(f"axis must be in [-{t.dim()}, {t.dim()}); got {axis}")
-    n = t.shape[ax]
-    if n % block:
-        raise ValueError(f"x.shape[{ax}] = {n} is not a multiple of block = {block}")
+    ax = rht_axis(tuple(t.shape), block, axis)
     work = TORCH.work(t.detach())
     return rht_apply(work, torch.from_numpy(m).to(device=t.device, dtype=work.dtype), ax,
                      xp=TORCH)
