@@ -127,8 +127,9 @@ def saved_wgrad_operand(layer: Any, x: torch.Tensor) -> SavedOperand:
     hadamard = _hadamard(layer)
     parts = opaque.encode(x, spec, scale=scale, hadamard=hadamard)
     rows = x.shape[0] + (-x.shape[0]) % 16 if hadamard is not None else x.shape[0]
-    rows_first = hadamard is None and _rows_first(x)
-    return SavedOperand(parts, spec, (rows, x.shape[1]), opaque.order_of(spec, rows_first))
+    rows_first = hadamard is not None or _rows_first(x)  # the transform writes rows
+    order = opaque.order_of(spec, rows_first, x.device)
+    return SavedOperand(parts, spec, (rows, x.shape[1]), order)
 
 
 def _rows_first(x: torch.Tensor) -> bool:
@@ -150,7 +151,7 @@ def x_operands(layer: Any, x: torch.Tensor, keep: bool
     spec = operand_spec(r, "x", 0)
     scale = layer.operand_scale(x, 0) if isinstance(r, _SCALED) else None
     qx, parts = opaque.fake_encode(x, spec, scale=scale)
-    order = opaque.order_of(spec, _rows_first(x))
+    order = opaque.order_of(spec, _rows_first(x), x.device)
     return qx, SavedOperand(parts, spec, (x.shape[0], x.shape[1]), order)
 
 

@@ -21,9 +21,11 @@ bits. Each op is also where the path is chosen:
   numba): the same functions on tensors (torch ops, the recipes' shared arithmetic).
 
 Both give the same bits (the differential suite checks every operand both ways). Outputs
-have fixed layouts: an operand's values and codes are stored rows-first ("C") or
-columns-first ("F") as the torch path of its recipe lays them out (`order_of`), so the
-GEMMs see the strides they always saw and the fake implementations know them.
+have fixed layouts (`order_of`): an operand's values and codes are stored as its input lies
+(the random Hadamard transform's output rows first), except 1-D MX and NVFP4 blocks along
+axis 0 off the CPU, columns first as their torch path computes them. A layout depends on
+the input and the device only, never on the path, so the GEMMs see the same strides
+whichever path ran, and the fake implementations know them.
 
 Stochastic rounding (NVFP4 gradients) draws from streams numbered by the layer's step
 counter ([next_step][normlab.torch._product_ops.next_step]); the seed of each rounding
@@ -70,10 +72,13 @@ def stream_seed(stream: int, counter: int, which: int) -> int:
     return splitmix64_int(word) >> 1  # Python ints: exact, unlike NumPy's uint64
 
 
-def order_of(spec: po.OperandSpec, rows_contiguous: bool) -> str:
-    """The layout ("C" or "F") of an operand's values: columns first for 1-D MX and NVFP4
-    blocks along axis 0 (their torch path computes along the moved axis), else the input's."""
-    if spec.kind in ("mx", "nvfp4") and not spec.tile and spec.axis == 0:
+def order_of(spec: po.OperandSpec, rows_contiguous: bool, device: Any) -> str:
+    """The layout ("C" or "F") of an operand's values and codes: the input's, except for 1-D
+    MX and NVFP4 blocks along axis 0 off the CPU, columns first (their torch path computes
+    along the moved axis; on the CPU the kernels write rows as they read them, and a
+    transposed write of every element costs more than the rounding)."""
+    off_cpu = torch.device(device).type != "cpu"
+    if off_cpu and spec.kind in ("mx", "nvfp4") and not spec.tile and spec.axis == 0:
         return "F"
     return "C" if rows_contiguous else "F"
 
@@ -144,7 +149,8 @@ def hadamard_rows(t: torch.Tensor, matrix: torch.Tensor) -> torch.Tensor:
     work = t.to(torch.float32)
     padded = torch.nn.functional.pad(work, (0, 0, 0, pad)) if pad else work
     # the matrix's entries are +-1/4, exact in every float dtype a module cast may give it
-    return rht_apply(padded, matrix.to(torch.float32), 0, xp=TORCH)  # M',C
+    out = rht_apply(padded, matrix.to(torch.float32), 0, xp=TORCH)  # M',C
+    return out.contiguous()  # rows first: the layout the ops' fake shapes assume
 
 
 def _prepared(t: torch.Tensor, hadamard: torch.Tensor | None) -> torch.Tensor:
@@ -157,7 +163,7 @@ def _fake_op(t: torch.Tensor, spec: str, scale: torch.Tensor | None, step: torch
              stream: int, which: int, hadamard: torch.Tensor | None) -> torch.Tensor:
     s = po.OperandSpec.from_key(spec)
     src = _prepared(t, hadamard)
-    order = order_of(s, _rows_contiguous(src))
+    order = order_of(s, _rows_contiguous(src), src.device)
     seed = None if step is None else stream_seed(stream, int(step), which)
     view = _numpy_view(src) if _fast("fake_operand") else None
     if view is not None:
@@ -183,8 +189,9 @@ def _prepared_shape(t: torch.Tensor, hadamard: torch.Tensor | None) -> tuple[Any
 @_fake_op.register_fake
 def _(t, spec, scale, step, stream, which, hadamard):
     s = po.OperandSpec.from_key(spec)
-    rows = hadamard is None and _rows_contiguous(t)
-    return _empty_2d(_prepared_shape(t, hadamard), order_of(s, rows), torch.float32, t.device)
+    rows = hadamard is not None or _rows_contiguous(t)
+    return _empty_2d(_prepared_shape(t, hadamard), order_of(s, rows, t.device), torch.float32,
+                     t.device)
 
 
 def fake(t: torch.Tensor, spec: po.OperandSpec, *, scale: torch.Tensor | None = None,
@@ -265,7 +272,7 @@ def _encode_op(t: torch.Tensor, spec: str, scale: torch.Tensor | None,
                hadamard: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     s = po.OperandSpec.from_key(spec)
     src = _prepared(t, hadamard)
-    order = order_of(s, _rows_contiguous(src))
+    order = order_of(s, _rows_contiguous(src), src.device)
     view = _numpy_view(src) if _fast("encode_operand") else None
     if view is not None:
         sc = None if scale is None else np.float32(scale.detach().cpu().item())
@@ -290,7 +297,7 @@ def _parts(parts: Any, device: Any) -> tuple[torch.Tensor, ...]:
 def _(t, spec, scale, hadamard):
     s = po.OperandSpec.from_key(spec)
     shape = _prepared_shape(t, hadamard)
-    order = order_of(s, hadamard is None and _rows_contiguous(t))
+    order = order_of(s, hadamard is not None or _rows_contiguous(t), t.device)
     cs, cd, ss, sd, ts = _encoded_shapes(s, shape, order)
     return (t.new_empty(cs, dtype=cd), t.new_empty(ss, dtype=sd),
             t.new_empty(ts, dtype=torch.float32))
@@ -307,7 +314,7 @@ def encode(t: torch.Tensor, spec: po.OperandSpec, *, scale: torch.Tensor | None 
 def _fake_encode_op(t: torch.Tensor, spec: str, scale: torch.Tensor | None
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     s = po.OperandSpec.from_key(spec)
-    order = order_of(s, _rows_contiguous(t))
+    order = order_of(s, _rows_contiguous(t), t.device)
     view = _numpy_view(t) if _fast("fake_encode_operand") else None
     if view is not None:
         sc = None if scale is None else np.float32(scale.detach().cpu().item())
@@ -326,7 +333,7 @@ def _fake_encode_op(t: torch.Tensor, spec: str, scale: torch.Tensor | None
 @_fake_encode_op.register_fake
 def _(t, spec, scale):
     s = po.OperandSpec.from_key(spec)
-    order = order_of(s, _rows_contiguous(t))
+    order = order_of(s, _rows_contiguous(t), t.device)
     cs, cd, ss, sd, ts = _encoded_shapes(s, tuple(t.shape), order)
     return (_empty_2d(tuple(t.shape), order, torch.float32, t.device),
             t.new_empty(cs, dtype=cd), t.new_empty(ss, dtype=sd),
