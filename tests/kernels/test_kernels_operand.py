@@ -9,7 +9,8 @@ compared with the reference (the recipes' shared arithmetic, `use_backend("numpy
 tolerance 0 (float32 bit patterns, NaN payloads included; codes and scales exactly): every
 recipe's operand specs (each role, both contraction axes), float32 and bfloat16 input
 (bfloat16 read as its 16-bit patterns), rows-contiguous and columns-contiguous input,
-both output layouts, a ragged shape (40 x 72: partial blocks of 16, 32 and 128), and
+both output layouts, a ragged shape (40 x 72: partial blocks of 16, 32 and 128), wide rows
+(40 x 300: the fixed-length block loops of 16, 32 and 128 with their tails), and
 values that hit zero blocks, NaN and inf inside blocks, rounding ties, float32
 subnormals and float32's largest values. The kernel must serve every case (a silent
 fallback to the reference would make the comparison vacuous), and planted faults in the
@@ -60,7 +61,7 @@ def _input(kind: str, dtype: str, layout: str, shape: tuple[int, int] = (40, 72)
     if kind == "hostile":
         x[5, 7], x[20, 40] = np.nan, -np.nan
         x[9, 20], x[30, 50] = np.inf, -np.inf
-        x[1, :] = np.resize([0.25, 0.75, 1.25, 2.5, 5.0, 17.0, 3.25, 448.0], 72)  # ties
+        x[1, :] = np.resize([0.25, 0.75, 1.25, 2.5, 5.0, 17.0, 3.25, 448.0], shape[1])  # ties
         x[10:14, :] *= 2.0**-135  # float32 subnormals
         x[12, :3] = [1e-45, -1e-45, 0.0]
         x[7, :] = np.sign(x[7, :]) * 3.0e38
@@ -148,6 +149,24 @@ def test_odd_groups_equal_the_reference(name, role, axis, layout) -> None:
     spec = _spec(name, role, axis)
     x = _input("spread", "float32", layout, (75, 45))
     assert _mismatches(spec, x, None) == []
+
+
+@pytest.mark.parametrize("layout", ["C", "F"])
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("name", ["blockwise_128", "mx_e4m3", "nvfp4"])
+def test_wide_rows_equal_the_reference(name, kind, layout) -> None:
+    # 40 x 300: rows of blocks along them run as fixed-length loops of 16, 32 or 128 (two
+    # full blocks of 128 and a tail of 44; tails of 12 for 16 and 32); blocks across rows
+    # see 300 columns of partial row groups
+    spec_of = {"blockwise_128": BlockwiseFp8Recipe()}
+    x = _input(kind, "float32", layout, (40, 300))
+    for role in ("x", "w", "dy"):
+        for axis in (0, 1):
+            recipe = spec_of.get(name)
+            spec = (po.operand_spec(recipe, role, axis) if recipe is not None
+                    else _spec(name, role, axis))
+            seed = 2**40 + 3 if name == "nvfp4" and role == "dy" else None
+            assert _mismatches(spec, x, seed) == [], (role, axis)
 
 
 @pytest.mark.parametrize("layout", ["C", "F"])

@@ -136,50 +136,124 @@ def _factors(mul, d1, ba, rb, srow, frow):
             frow[b] = f
 
 
+@njit(inline="always")
+def _fake_nearest(x, sv, fv, d2, maxbits, ovf, flush_bits, inf_out, nan_keep, nan_out, sh,
+                  low, bias, mn, c):
+    """The dequantised value of float32 `x` scaled by `sv`, rounded to nearest, times `fv`
+    then `d2` (the quiet NaN where `fv` is NaN)."""
+    u = np.uint32
+    bits = np.float32(x * sv).view(np.uint32)
+    s = u(bits & _SIGN)
+    r = _nearest(u(bits ^ s), s, maxbits, ovf, flush_bits, inf_out, nan_keep, nan_out, sh,
+                 low, bias, mn, c)
+    v = np.float32(np.float32(np.uint32(r).view(np.float32) * fv) * d2)
+    return u(0x7FC00000).view(np.float32) if fv != fv else v
+
+
+@njit(inline="always")
+def _fake_stochastic(x, sv, fv, d2, m, emin, qbits, maxbits, ovf, flush_bits, inf_out,
+                     nan_keep, nan_out, word):
+    """`_fake_nearest` with stochastic rounding by the random `word`."""
+    u = np.uint32
+    bits = np.float32(x * sv).view(np.uint32)
+    s = u(bits & _SIGN)
+    r = _stochastic(u(bits ^ s), s, m, emin, qbits, maxbits, ovf, flush_bits, inf_out,
+                    nan_keep, nan_out, word)
+    v = np.float32(np.float32(np.uint32(r).view(np.float32) * fv) * d2)
+    return u(0x7FC00000).view(np.float32) if fv != fv else v
+
+
+@njit(inline="always")
+def _fake_row_blocks(xb, a, k, mul, d1, ba, d2, m, emin, qbits, maxbits, ovf, flush_bits,
+                     inf_out, nan_keep, nan_out, stochastic, seed, wa, wb, vrow):
+    """Row `a` of blocks (1, k) (k a literal at the call: the inner loop has a fixed trip
+    count and vectorises without the per-element factor rows), block row `ba` of the
+    grids; the ragged tail after the full blocks takes its block's factors."""
+    B = xb.shape[1]
+    sh, low, bias, mn, c = narrow_consts(m, emin)
+    one = mul.shape[0] == 1 and mul.shape[1] == 1
+    for bb in range(-(-B // k)):
+        sv = mul[0, 0] if one else mul[ba, bb]
+        fv = d1[ba, bb]
+        b0 = bb * k
+        if b0 + k <= B and not stochastic:
+            for j in range(k):
+                x = np.uint32(_wide(xb, a, b0 + j)).view(np.float32)
+                vrow[b0 + j] = _fake_nearest(x, sv, fv, d2, maxbits, ovf, flush_bits,
+                                             inf_out, nan_keep, nan_out, sh, low, bias, mn, c)
+        elif b0 + k <= B:
+            w0 = np.uint64(seed) + np.uint64(a * wa + b0 * wb)
+            for j in range(k):
+                x = np.uint32(_wide(xb, a, b0 + j)).view(np.float32)
+                word = splitmix64(w0 + np.uint64(j * wb))
+                vrow[b0 + j] = _fake_stochastic(x, sv, fv, d2, m, emin, qbits, maxbits, ovf,
+                                                flush_bits, inf_out, nan_keep, nan_out, word)
+        else:
+            for b in range(b0, B):
+                x = np.uint32(_wide(xb, a, b)).view(np.float32)
+                if stochastic:
+                    word = splitmix64(np.uint64(seed) + np.uint64(a * wa + b * wb))
+                    vrow[b] = _fake_stochastic(x, sv, fv, d2, m, emin, qbits, maxbits, ovf,
+                                               flush_bits, inf_out, nan_keep, nan_out, word)
+                else:
+                    vrow[b] = _fake_nearest(x, sv, fv, d2, maxbits, ovf, flush_bits,
+                                            inf_out, nan_keep, nan_out, sh, low, bias, mn, c)
+
+
 @jit()
 def fake_blocks(xb, ra, rb, mul, d1, d2, m, emin, qbits, maxbits, ovf, flush_bits, inf_out,
                 nan_keep, nan_out, stochastic, seed, wa, wb, flip, vo):
     """Scale, round and dequantise every element into `vo` ((A, B), or (B, A) if `flip`).
 
-    Arguments in the module header. Per row: its factors, then one branch-free loop over
-    the row (vectorised) writing the output row; one parallel task per `_GROUP` rows.
-    Flipped, the group's rows are kept and written out together, column by column (runs of
-    `_GROUP` contiguous values instead of one value per output row).
+    Arguments in the module header. Per row: blocks of 16, 32 or 128 along the row
+    (NVFP4's, MX's, blockwise FP8's) run block by block with fixed-length loops
+    (`_fake_row_blocks`); other blocks spread their factors over the row first, then one
+    branch-free loop over the row (vectorised) writes the output row. One parallel task
+    per `_GROUP` rows. Flipped, the group's rows are kept and written out together, column
+    by column (runs of `_GROUP` contiguous values instead of one value per output row).
     """
     A, B = xb.shape
     sh, low, bias, mn, c = narrow_consts(m, emin)
-    u = np.uint32
-    qnan = u(0x7FC00000).view(np.float32)
+    runs = rb < B and (rb == 16 or rb == 32 or rb == 128) and d1.shape[1] == -(-B // rb)
     for g in prange(-(-A // _GROUP)):
-        srow = np.empty(B, np.float32)
-        frow = np.empty(B, np.float32)
+        srow = np.empty(0 if runs else B, np.float32)
+        frow = np.empty(0 if runs else B, np.float32)
         tile = np.empty((_GROUP if flip else 0, B), np.float32)
         current = -1
         a0, a1 = g * _GROUP, min(A, (g + 1) * _GROUP)
         for a in range(a0, a1):
             vrow = tile[a - a0] if flip else vo[a]  # unflipped rows are written in place
+            if runs and rb == 16:
+                _fake_row_blocks(xb, a, 16, mul, d1, a // ra, d2, m, emin, qbits, maxbits,
+                                 ovf, flush_bits, inf_out, nan_keep, nan_out, stochastic,
+                                 seed, wa, wb, vrow)
+                continue
+            if runs and rb == 32:
+                _fake_row_blocks(xb, a, 32, mul, d1, a // ra, d2, m, emin, qbits, maxbits,
+                                 ovf, flush_bits, inf_out, nan_keep, nan_out, stochastic,
+                                 seed, wa, wb, vrow)
+                continue
+            if runs:
+                _fake_row_blocks(xb, a, 128, mul, d1, a // ra, d2, m, emin, qbits, maxbits,
+                                 ovf, flush_bits, inf_out, nan_keep, nan_out, stochastic,
+                                 seed, wa, wb, vrow)
+                continue
             if a // ra != current:  # a new row of blocks
                 current = a // ra
                 _factors(mul, d1, current, rb, srow, frow)
             if stochastic:
                 for b in range(B):
-                    vb = np.float32(np.uint32(_wide(xb, a, b)).view(np.float32) * srow[b])
-                    bits = vb.view(np.uint32)
-                    s = u(bits & _SIGN)
+                    x = np.uint32(_wide(xb, a, b)).view(np.float32)
                     word = splitmix64(np.uint64(seed) + np.uint64(a * wa + b * wb))
-                    r = _stochastic(u(bits ^ s), s, m, emin, qbits, maxbits, ovf, flush_bits,
-                                    inf_out, nan_keep, nan_out, word)
-                    v = np.float32(np.float32(np.uint32(r).view(np.float32) * frow[b]) * d2)
-                    vrow[b] = qnan if frow[b] != frow[b] else v
+                    vrow[b] = _fake_stochastic(x, srow[b], frow[b], d2, m, emin, qbits,
+                                               maxbits, ovf, flush_bits, inf_out, nan_keep,
+                                               nan_out, word)
             else:
                 for b in range(B):
-                    vb = np.float32(np.uint32(_wide(xb, a, b)).view(np.float32) * srow[b])
-                    bits = vb.view(np.uint32)
-                    s = u(bits & _SIGN)
-                    r = _nearest(u(bits ^ s), s, maxbits, ovf, flush_bits, inf_out,
-                                 nan_keep, nan_out, sh, low, bias, mn, c)
-                    v = np.float32(np.float32(np.uint32(r).view(np.float32) * frow[b]) * d2)
-                    vrow[b] = qnan if frow[b] != frow[b] else v
+                    x = np.uint32(_wide(xb, a, b)).view(np.float32)
+                    vrow[b] = _fake_nearest(x, srow[b], frow[b], d2, maxbits, ovf,
+                                            flush_bits, inf_out, nan_keep, nan_out, sh, low,
+                                            bias, mn, c)
         if flip:  # the group's rows go out as runs of the output's rows
             for b in range(B):
                 for a in range(a0, a1):
@@ -332,20 +406,34 @@ def fake_encode_flat(xb, mul, d1, m, emin, maxbits, ovf, flush_bits, inf_out, na
             co[a, b] = u(nanc) if bad else code
 
 
+@njit(inline="always")
+def _row_block_amaxes(xb, a, k, full, mask, out):
+    """out[a, bb] for the `full` blocks (1, k) of row `a` (k a literal at the call: the
+    block's max is one fixed-length reduction)."""
+    for bb in range(full):
+        m = out.dtype.type(0)
+        base = bb * k
+        for j in range(k):
+            m = max(m, xb[a, base + j] & mask)
+        out[a, bb] = m
+
+
 @jit()
 def amax_row_blocks(xb, rb, mask, out):
     """out[a, bb] = max over block bb of row a of (xb[a, b] & mask): blocks (1, rb) along
-    rows, as `amax_cols` (a row's full blocks in one loop of fixed-length runs, the ragged
-    tail after them)."""
+    rows, as `amax_cols` (a row's full blocks in one loop of fixed-length runs, literal
+    lengths for NVFP4's 16, MX's 32 and blockwise FP8's 128; the ragged tail after them)."""
     A, B = xb.shape
     full = B // rb
     for a in prange(A):
-        for bb in range(full):
-            m = out.dtype.type(0)
-            base = bb * rb
-            for j in range(rb):
-                m = max(m, xb[a, base + j] & mask)
-            out[a, bb] = m
+        if rb == 16:
+            _row_block_amaxes(xb, a, 16, full, mask, out)
+        elif rb == 32:
+            _row_block_amaxes(xb, a, 32, full, mask, out)
+        elif rb == 128:
+            _row_block_amaxes(xb, a, 128, full, mask, out)
+        else:
+            _row_block_amaxes(xb, a, rb, full, mask, out)
         if full * rb < B:
             m = out.dtype.type(0)
             for b in range(full * rb, B):
