@@ -181,6 +181,13 @@ def _fake_row_blocks(xb, a, k, mul, d1, ba, d2, m, emin, qbits, maxbits, ovf, fl
                 x = np.uint32(_wide(xb, a, b0 + j)).view(np.float32)
                 vrow[b0 + j] = _fake_nearest(x, sv, fv, d2, maxbits, ovf, flush_bits,
                                              inf_out, nan_keep, nan_out, sh, low, bias, mn, c)
+        elif b0 + k <= B and wb == 1:  # words of consecutive indices: no product
+            w0 = np.uint64(seed) + np.uint64(a * wa + b0)
+            for j in range(k):
+                x = np.uint32(_wide(xb, a, b0 + j)).view(np.float32)
+                word = splitmix64(w0 + np.uint64(j))
+                vrow[b0 + j] = _fake_stochastic(x, sv, fv, d2, m, emin, qbits, maxbits, ovf,
+                                                flush_bits, inf_out, nan_keep, nan_out, word)
         elif b0 + k <= B:
             w0 = np.uint64(seed) + np.uint64(a * wa + b0 * wb)
             for j in range(k):
@@ -241,13 +248,19 @@ def fake_blocks(xb, ra, rb, mul, d1, d2, m, emin, qbits, maxbits, ovf, flush_bit
             if a // ra != current:  # a new row of blocks
                 current = a // ra
                 _factors(mul, d1, current, rb, srow, frow)
-            if stochastic:
+            w0 = np.uint64(seed) + np.uint64(a * wa)
+            if stochastic and wb == 1:  # words of consecutive indices: no product
                 for b in range(B):
                     x = np.uint32(_wide(xb, a, b)).view(np.float32)
-                    word = splitmix64(np.uint64(seed) + np.uint64(a * wa + b * wb))
                     vrow[b] = _fake_stochastic(x, srow[b], frow[b], d2, m, emin, qbits,
                                                maxbits, ovf, flush_bits, inf_out, nan_keep,
-                                               nan_out, word)
+                                               nan_out, splitmix64(w0 + np.uint64(b)))
+            elif stochastic:
+                for b in range(B):
+                    x = np.uint32(_wide(xb, a, b)).view(np.float32)
+                    vrow[b] = _fake_stochastic(x, srow[b], frow[b], d2, m, emin, qbits,
+                                               maxbits, ovf, flush_bits, inf_out, nan_keep,
+                                               nan_out, splitmix64(w0 + np.uint64(b * wb)))
             else:
                 for b in range(B):
                     x = np.uint32(_wide(xb, a, b)).view(np.float32)
