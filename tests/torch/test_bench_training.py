@@ -42,6 +42,29 @@ def test_saved_bytes_counts_distinct_storages_and_skips_the_excluded():
     assert n == big.nbytes
 
 
+def test_saved_bytes_within_modules_counts_only_what_they_save():
+    lin = torch.nn.Linear(4, 6)
+    model = torch.nn.Sequential(lin, torch.nn.ReLU())
+    x = torch.ones(8, 4, requires_grad=True)  # 128 bytes: what the linear layer saves
+    params = list(model.parameters())
+    _, everything = saved_bytes(lambda: model(x).sum(), exclude=params)
+    _, inside = saved_bytes(lambda: model(x).sum(), exclude=params, within=[lin])
+    assert (everything, inside) == (128 + 8 * 6 * 4, 128)  # ReLU's output left out
+    _, again = saved_bytes(lambda: model(x).sum(), exclude=params)
+    assert again == everything  # the hooks are gone after the call
+
+
+def test_linear_layers_save_their_inputs_unconverted_and_codes_under_fp8():
+    # unconverted: fc1's and fc2's bf16 inputs; FP8 delayed: one byte a code plus the two
+    # float32 scales (x's, W's) each layer keeps
+    size = tm.ModelSize(tokens=32, width=16, hidden=48, blocks=2)
+    plain = tm.Run.of(tm.build_model(size, torch.bfloat16), size)
+    inputs = size.blocks * size.tokens * (size.width + size.hidden)
+    assert tr._saved(plain, linear_only=True) == 2 * inputs
+    fp8 = tm.Run.of(tm.convert(plain.model, nt.Fp8DelayedRecipe()), size)
+    assert tr._saved(fp8, linear_only=True) == inputs + size.blocks * 2 * 2 * 4
+
+
 def test_unconverted_bf16_model_saves_its_activations():
     # per block: LayerNorm's input, fc1's input, GELU's input and fc2's input, bf16, plus
     # LayerNorm's per-row mean and rstd (bf16 or float32); parameters are excluded
@@ -89,12 +112,17 @@ def test_quick_section_checks_times_and_measures_every_recipe():
     assert list(rows) == ["unconverted", *tm.recipes(), tr.TORCHAO]
     assert section["ok"] is True
     assert rows["unconverted"]["saved_bf16_ratio"] == 1.0
+    assert rows["unconverted"]["saved_linear_ratio"] == 1.0
     for name in tm.recipes():
         row = rows[name]
         assert row["check"]["passed"]
         for dtype in tr.DTYPES:
             assert row[f"{dtype}_ratio"] > 0 and row[f"{dtype}_step_s"] > 0
             assert row[f"saved_{dtype}_bytes"] > 0
+        # the linear layers' part is less than the whole model's, and shrinks with codes
+        assert 0 < row["saved_linear_bytes"] < row["saved_bf16_bytes"]
+        if name != "Bf16":
+            assert row["saved_linear_ratio"] < row["saved_bf16_ratio"] < 1.0
     torchao = rows[tr.TORCHAO]
     if importlib.util.find_spec("torchao") is None:
         assert torchao["status"] == "not installed"

@@ -49,7 +49,8 @@ def peak_extra(fn: Callable[[], Any]) -> int:
     return peak
 
 
-def saved_bytes(forward: Callable[[], Any], exclude: Iterable[Any] = ()) -> tuple[Any, int]:
+def saved_bytes(forward: Callable[[], Any], exclude: Iterable[Any] = (),
+                within: Iterable[Any] | None = None) -> tuple[Any, int]:
     """Run a PyTorch `forward` and count the bytes it saves for backward.
 
     Parameters
@@ -59,6 +60,9 @@ def saved_bytes(forward: Callable[[], Any], exclude: Iterable[Any] = ()) -> tupl
         loss); the saved tensors stay alive with it.
     exclude : iterable of torch.Tensor, optional
         Tensors whose storages do not count (a model's parameters).
+    within : iterable of torch.nn.Module, optional
+        Count only what is saved while one of these modules' forward runs (a model's
+        linear layers); None (the default) counts everything.
 
     Returns
     -------
@@ -80,13 +84,27 @@ def saved_bytes(forward: Callable[[], Any], exclude: Iterable[Any] = ()) -> tupl
 
     skip = {t.untyped_storage().data_ptr() for t in exclude}
     storages: dict[int, int] = {}
+    depth = [0 if within is None else -1]  # >= 0: inside (counted); -1: outside
+
+    def enter(*_: Any) -> None:
+        depth[0] += 1
+
+    def leave(*_: Any) -> None:
+        depth[0] -= 1
+
+    handles = [h for m in (within or ()) for h in (m.register_forward_pre_hook(enter),
+                                                  m.register_forward_hook(leave))]
 
     def pack(t: torch.Tensor) -> torch.Tensor:
         storage = t.untyped_storage()
-        if storage.data_ptr() not in skip:
+        if depth[0] >= 0 and storage.data_ptr() not in skip:
             storages[storage.data_ptr()] = storage.nbytes()
         return t
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        result = forward()
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            result = forward()
+    finally:
+        for h in handles:
+            h.remove()
     return result, sum(storages.values())

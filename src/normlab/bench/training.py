@@ -14,7 +14,11 @@ For each recipe (Bf16, FP8 delayed, FP8 current, Blockwise FP8, MX, NVFP4) on th
 - memory: bytes saved for backward by one forward of the model
   ([saved_bytes][normlab.bench.memory.saved_bytes]: distinct storages, the model's
   parameters excluded; the loss's inputs, the same for every recipe, not counted), over
-  those of the unconverted bfloat16 model.
+  those of the unconverted bfloat16 model; and, bfloat16 model, what its linear layers
+  alone save (the tensors saved while a `torch.nn.Linear`, converted or not, runs) over
+  what the unconverted model's linear layers save. The rest of the model (LayerNorm's
+  input, GELU's input) saves the same bytes under every recipe, as it does under
+  Transformer Engine.
 
 torchao's float8 emulation (`convert_to_float8_training`, `emulate=True`) on the same
 models is the outside reference point: checked against its own definition, then timed and
@@ -53,9 +57,12 @@ TORCHAO = "torchao float8 (emulate)"
 """The name of torchao's row."""
 
 
-def _saved(run: Run) -> int:
-    """Bytes the model's forward saves for backward (the loss's own inputs not counted)."""
-    out, nbytes = saved_bytes(lambda: run.model(run.x), exclude=list(run.model.parameters()))
+def _saved(run: Run, linear_only: bool = False) -> int:
+    """Bytes the model's forward saves for backward (the loss's own inputs not counted),
+    or only its linear layers (`linear_only`)."""
+    linears = [m for m in run.model.modules() if isinstance(m, torch.nn.Linear)]
+    out, nbytes = saved_bytes(lambda: run.model(run.x), exclude=list(run.model.parameters()),
+                              within=linears if linear_only else None)
     del out  # frees the graph and what it saved
     return nbytes
 
@@ -68,6 +75,8 @@ def _measure(row: dict[str, Any], convert_fn: Callable[[torch.nn.Module], torch.
     for name, run in plain.items():
         conv = Run.of(convert_fn(run.model), size)
         row[f"saved_{name}_bytes"] = _saved(conv)
+        if name == "bf16":
+            row["saved_linear_bytes"] = _saved(conv, linear_only=True)
         t = alternate(conv.step, run.step, rounds=rounds)
         row[f"{name}_ratio"], row[f"{name}_spread"] = t.ratio, t.ratio_spread
         row[f"{name}_step_s"] = statistics.median(t.a_s)
@@ -137,6 +146,7 @@ def _section(size: ModelSize, rounds: int, seed: int) -> dict[str, Any]:
     base: dict[str, Any] = {"recipe": "unconverted"}
     for name, run in plain.items():
         base[f"saved_{name}_bytes"] = _saved(run)
+    base["saved_linear_bytes"] = _saved(plain["bf16"], linear_only=True)
     rows = []
     plain_steps: dict[str, list[float]] = {name: [] for name in DTYPES}
     for label, recipe in recipes().items():
@@ -151,6 +161,8 @@ def _section(size: ModelSize, rounds: int, seed: int) -> dict[str, Any]:
         for name in DTYPES:
             if f"saved_{name}_bytes" in r:
                 r[f"saved_{name}_ratio"] = r[f"saved_{name}_bytes"] / base["saved_bf16_bytes"]
+        if "saved_linear_bytes" in r:
+            r["saved_linear_ratio"] = r["saved_linear_bytes"] / base["saved_linear_bytes"]
     end = other_load()
     info = {"tokens": size.tokens, "width": size.width, "hidden": size.hidden,
             "blocks": size.blocks, "rounds": rounds, "torch_threads": torch.get_num_threads(),
@@ -161,7 +173,7 @@ def _section(size: ModelSize, rounds: int, seed: int) -> dict[str, Any]:
 
 
 _COLUMNS = ("recipe", "check", "fp32 model step", "bf16 model step", "saved, fp32 model",
-            "saved, bf16 model")
+            "saved, bf16 model", "saved by linears, bf16")
 
 
 def _check_cell(row: dict[str, Any]) -> str:
@@ -175,16 +187,15 @@ def _check_cell(row: dict[str, Any]) -> str:
 
 def _cells(row: dict[str, Any]) -> list[str]:
     if row["recipe"] == TORCHAO and row.get("status") != "ok":
-        return [row["recipe"], row["status"], "-", "-", "-", "-"]
+        return [row["recipe"], row["status"], "-", "-", "-", "-", "-"]
     cells = [row["recipe"], _check_cell(row)]
     for name in DTYPES:
         ratio = f"{row[f'{name}_ratio']:.2f}x"
         cells.append(f"{ratio} ({format_seconds(row[f'{name}_step_s'])})"
                      if row["recipe"] == "unconverted" else
                      f"{ratio} ({100 * row[f'{name}_spread']:.0f}%)")
-    for name in DTYPES:
-        cells.append(f"{row[f'saved_{name}_ratio']:.2f}x "
-                     f"({row[f'saved_{name}_bytes'] / 2**20:.1f} MiB)")
+    for key in [f"saved_{name}" for name in DTYPES] + ["saved_linear"]:
+        cells.append(f"{row[f'{key}_ratio']:.2f}x ({row[f'{key}_bytes'] / 2**20:.1f} MiB)")
     return cells
 
 
@@ -213,9 +224,10 @@ def format_training(section: dict[str, Any], markdown: bool = False) -> str:
               "alternating rounds of the round's ratio (interquartile spread in brackets; "
               "the unconverted row gives its step time); saved = bytes saved for backward "
               "by one forward of the model (distinct storages, parameters excluded) / those "
-              "of the unconverted bf16 model; check = the layer's forward against the "
-              "recipe's NumPy functions (torchao: against its definition), within the "
-              "float32 bound")
+              "of the unconverted bf16 model; saved by linears = what the linear layers "
+              "alone save / what they save unconverted, bf16 model; check = the layer's "
+              "forward against the recipe's NumPy functions (torchao: against its "
+              "definition), within the float32 bound")
     table = render(_COLUMNS, [_cells(r) for r in section["rows"]], markdown)
     verdict = "correctness: " + ("ok" if section["ok"] else "FAILED")
     return "\n".join([head, table, verdict, legend])
