@@ -52,12 +52,22 @@ def _path(monkeypatch: pytest.MonkeyPatch, path: str) -> None:
         pytest.fail("the numba operand kernels are a test dependency (numba installed)")
 
 
-def _real_and_fake(fn, t: torch.Tensor, *args: object) -> tuple[object, object]:
-    real = fn(t, *args)
+def _real_and_fake(fn, t: torch.Tensor, spec: po.OperandSpec,
+                   **kwargs: object) -> tuple[object, object]:
+    """`fn(t, spec, **kwargs)` run for real and under fake tensors (as tracing runs it)."""
+    real = fn(t, spec, **kwargs)
     with FakeTensorMode() as mode:
-        fake = fn(mode.from_tensor(t), *(mode.from_tensor(a) if isinstance(a, torch.Tensor)
-                                         else a for a in args))
+        fake = fn(mode.from_tensor(t), spec, **{
+            k: mode.from_tensor(v) if isinstance(v, torch.Tensor) else v
+            for k, v in kwargs.items()})
     return real, fake
+
+
+def _flat(out: object) -> list[torch.Tensor]:
+    """The tensors of an op wrapper's result ((values, parts) nests one level)."""
+    if isinstance(out, torch.Tensor):
+        return [out]
+    return [t for item in out for t in _flat(item)]  # type: ignore[attr-defined]
 
 
 def _scale(spec: po.OperandSpec) -> torch.Tensor | None:
@@ -73,11 +83,9 @@ def test_fake_and_encode_ops_describe_their_outputs(monkeypatch, path, dtype, la
     _path(monkeypatch, path)
     spec = po.operand_spec(RECIPES[name], role, axis)
     t = _input(layout, dtype)
-    args = (spec.key(), _scale(spec), None, 0, 0, None)
-    real, fake = _real_and_fake(ops._fake_op, t, *args)
-    assert _meta(fake) == _meta(real)
-    real_parts, fake_parts = _real_and_fake(ops._encode_op, t, spec.key(), _scale(spec), None)
-    assert [_meta(p) for p in fake_parts] == [_meta(p) for p in real_parts]
+    for fn in (ops.fake, ops.encode):
+        real, fake = _real_and_fake(fn, t, spec, scale=_scale(spec))
+        assert [_meta(p) for p in _flat(fake)] == [_meta(p) for p in _flat(real)]
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -88,20 +96,21 @@ def test_hadamard_operands_are_rows_first_as_their_fakes_say(monkeypatch, path, 
     spec = po.operand_spec(NVFP4Recipe(), "dy", 0)
     t = _input(layout, torch.float32)[:rows]
     h = torch.as_tensor(rht_matrix(16, 7), dtype=torch.float32)
-    real, fake = _real_and_fake(ops._fake_op, t, spec.key(), None, torch.tensor(3), 1, 1, h)
+    real, fake = _real_and_fake(ops.fake, t, spec, step=torch.tensor(3), stream=1, which=1,
+                                hadamard=h)
     assert _meta(fake) == _meta(real)
     assert real.stride() == (40, 1)  # rows first on the CPU, whatever x's layout
-    real_parts, fake_parts = _real_and_fake(ops._encode_op, t, spec.key(), None, h)
+    real_parts, fake_parts = _real_and_fake(ops.encode, t, spec, hadamard=h)
     assert [_meta(p) for p in fake_parts] == [_meta(p) for p in real_parts]
 
 
 @pytest.mark.parametrize("name", ["bf16", "current"])
 @pytest.mark.parametrize("layout", ["C", "F"])
-def test_one_pass_op_describes_its_outputs(monkeypatch, name, layout):
+def test_one_pass_op_describes_its_outputs(name, layout):
     spec = po.operand_spec(RECIPES[name], "x", 0)
     t = _input(layout, torch.bfloat16)
-    real, fake = _real_and_fake(ops._fake_encode_op, t, spec.key(), _scale(spec))
-    assert [_meta(p) for p in fake] == [_meta(p) for p in real]
+    real, fake = _real_and_fake(ops.fake_encode, t, spec, scale=_scale(spec))
+    assert [_meta(p) for p in _flat(fake)] == [_meta(p) for p in _flat(real)]
 
 
 @pytest.mark.parametrize("device,expected", [("cpu", "C"), ("meta", "F")])

@@ -20,12 +20,11 @@ bits. Each op is also where the path is chosen:
 - anything else (other devices, other dtypes or layouts, `NORMLAB_BACKEND=numpy`, no
   numba): the same functions on tensors (torch ops, the recipes' shared arithmetic).
 
-Both give the same bits (the differential suite checks every operand both ways). Outputs
-have fixed layouts (`order_of`): an operand's values and codes are stored as its input lies
-(the random Hadamard transform's output rows first), except 1-D MX and NVFP4 blocks along
-axis 0 off the CPU, columns first as their torch path computes them. A layout depends on
-the input and the device only, never on the path, so the GEMMs see the same strides
-whichever path ran, and the fake implementations know them.
+Both give the same bits (the differential suite checks every operand both ways). Layouts
+(`order_of`) depend on the input and the device, never on the path: values and codes are
+stored as the input lies (the Hadamard transform's output rows first), except 1-D MX and
+NVFP4 blocks along axis 0 off the CPU, columns first as their torch path computes them.
+The layout is an argument of each op, so a compiled graph records it.
 
 Stochastic rounding (NVFP4 gradients) draws from streams numbered by the layer's step
 counter ([next_step][normlab.torch._product_ops.next_step]); the seed of each rounding
@@ -160,10 +159,10 @@ def _prepared(t: torch.Tensor, hadamard: torch.Tensor | None) -> torch.Tensor:
 
 @torch.library.custom_op("normlab::fake_operand", mutates_args=())
 def _fake_op(t: torch.Tensor, spec: str, scale: torch.Tensor | None, step: torch.Tensor | None,
-             stream: int, which: int, hadamard: torch.Tensor | None) -> torch.Tensor:
+             stream: int, which: int, hadamard: torch.Tensor | None,
+             order: str) -> torch.Tensor:
     s = po.OperandSpec.from_key(spec)
     src = _prepared(t, hadamard)
-    order = order_of(s, _rows_contiguous(src), src.device)
     seed = None if step is None else stream_seed(stream, int(step), which)
     view = _numpy_view(src) if _fast("fake_operand") else None
     if view is not None:
@@ -187,11 +186,15 @@ def _prepared_shape(t: torch.Tensor, hadamard: torch.Tensor | None) -> tuple[Any
 
 
 @_fake_op.register_fake
-def _(t, spec, scale, step, stream, which, hadamard):
-    s = po.OperandSpec.from_key(spec)
-    rows = hadamard is not None or _rows_contiguous(t)
-    return _empty_2d(_prepared_shape(t, hadamard), order_of(s, rows, t.device), torch.float32,
-                     t.device)
+def _(t, spec, scale, step, stream, which, hadamard, order):
+    return _empty_2d(_prepared_shape(t, hadamard), order, torch.float32, t.device)
+
+
+def _order(spec: po.OperandSpec, t: torch.Tensor, hadamard: torch.Tensor | None) -> str:
+    """The layout of `t`'s results, passed to the op: its real and fake implementations
+    follow the one argument, and a cached compiled graph of another layout rule (an
+    earlier release) does not match the new graph's key."""
+    return order_of(spec, hadamard is not None or _rows_contiguous(t), t.device)
 
 
 def fake(t: torch.Tensor, spec: po.OperandSpec, *, scale: torch.Tensor | None = None,
@@ -222,7 +225,8 @@ def fake(t: torch.Tensor, spec: po.OperandSpec, *, scale: torch.Tensor | None = 
     out : torch.Tensor
         float32, shape (R, C) (R padded with `hadamard`), in the layout of `order_of`.
     """
-    return _fake_op(t, spec.key(), scale, step, int(stream), int(which), hadamard)
+    return _fake_op(t, spec.key(), scale, step, int(stream), int(which), hadamard,
+                    _order(spec, t, hadamard))
 
 
 def _encoded_shapes(s: po.OperandSpec, shape: tuple[Any, Any],
@@ -269,10 +273,10 @@ def _tensor(a: Any) -> torch.Tensor:
 
 @torch.library.custom_op("normlab::encode_operand", mutates_args=())
 def _encode_op(t: torch.Tensor, spec: str, scale: torch.Tensor | None,
-               hadamard: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+               hadamard: torch.Tensor | None,
+               order: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     s = po.OperandSpec.from_key(spec)
     src = _prepared(t, hadamard)
-    order = order_of(s, _rows_contiguous(src), src.device)
     view = _numpy_view(src) if _fast("encode_operand") else None
     if view is not None:
         sc = None if scale is None else np.float32(scale.detach().cpu().item())
@@ -294,10 +298,9 @@ def _parts(parts: Any, device: Any) -> tuple[torch.Tensor, ...]:
 
 
 @_encode_op.register_fake
-def _(t, spec, scale, hadamard):
+def _(t, spec, scale, hadamard, order):
     s = po.OperandSpec.from_key(spec)
     shape = _prepared_shape(t, hadamard)
-    order = order_of(s, hadamard is not None or _rows_contiguous(t), t.device)
     cs, cd, ss, sd, ts = _encoded_shapes(s, shape, order)
     return (t.new_empty(cs, dtype=cd), t.new_empty(ss, dtype=sd),
             t.new_empty(ts, dtype=torch.float32))
@@ -307,14 +310,13 @@ def encode(t: torch.Tensor, spec: po.OperandSpec, *, scale: torch.Tensor | None 
            hadamard: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
     """Operand `t` as (codes, scales, tensor scale) tensors (empty where the kind has none):
     [encode_operand][normlab.precision.operands.encode_operand] in its fixed layout."""
-    return _encode_op(t, spec.key(), scale, hadamard)
+    return _encode_op(t, spec.key(), scale, hadamard, _order(spec, t, hadamard))
 
 
 @torch.library.custom_op("normlab::fake_encode_operand", mutates_args=())
-def _fake_encode_op(t: torch.Tensor, spec: str, scale: torch.Tensor | None
+def _fake_encode_op(t: torch.Tensor, spec: str, scale: torch.Tensor | None, order: str
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     s = po.OperandSpec.from_key(spec)
-    order = order_of(s, _rows_contiguous(t), t.device)
     view = _numpy_view(t) if _fast("fake_encode_operand") else None
     if view is not None:
         sc = None if scale is None else np.float32(scale.detach().cpu().item())
@@ -331,9 +333,8 @@ def _fake_encode_op(t: torch.Tensor, spec: str, scale: torch.Tensor | None
 
 
 @_fake_encode_op.register_fake
-def _(t, spec, scale):
+def _(t, spec, scale, order):
     s = po.OperandSpec.from_key(spec)
-    order = order_of(s, _rows_contiguous(t), t.device)
     cs, cd, ss, sd, ts = _encoded_shapes(s, tuple(t.shape), order)
     return (_empty_2d(tuple(t.shape), order, torch.float32, t.device),
             t.new_empty(cs, dtype=cd), t.new_empty(ss, dtype=sd),
@@ -345,7 +346,7 @@ def fake_encode(t: torch.Tensor, spec: po.OperandSpec, *, scale: torch.Tensor | 
     """`(fake(t, spec), encode(t, spec))` from one pass over `t` where the kind allows
     ([fake_encode_operand][normlab.precision.operand_pass.fake_encode_operand]): the
     forward operand of the Bf16 and FP8 recipes and its saved codes, both laid out as `t`."""
-    values, *parts = _fake_encode_op(t, spec.key(), scale)
+    values, *parts = _fake_encode_op(t, spec.key(), scale, _order(spec, t, None))
     return values, tuple(parts)
 
 
