@@ -65,6 +65,34 @@ def test_linear_layers_save_their_inputs_unconverted_and_codes_under_fp8():
     assert tr._saved(fp8, linear_only=True) == inputs + size.blocks * 2 * 2 * 4
 
 
+def test_checkpointed_blocks_keep_their_input_and_fc2s_codes():
+    # + checkpoint: per block the block's bf16 input (kept to recompute norm, fc1, GELU)
+    # and fc2's FP8 codes with its two float32 scales; what the recomputed part saved in
+    # the forward is not kept
+    size = tm.ModelSize(tokens=32, width=16, hidden=48, blocks=2)
+    plain = tm.Run.of(tm.build_model(size, torch.bfloat16), size)
+    run = tm.Run.of(tm.checkpointed(tm.convert(plain.model, nt.Fp8DelayedRecipe())), size)
+    per_block = size.tokens * size.width * 2 + size.tokens * size.hidden + 2 * 4
+    assert tr._saved(run) == size.blocks * per_block
+    assert tr._saved(run, linear_only=True) == size.blocks * (size.tokens * size.hidden + 8)
+
+
+@pytest.mark.parametrize("name", tr.CHECKPOINTED)
+def test_checkpoint_check_passes_and_fails_when_the_recompute_differs(name, monkeypatch):
+    recipe = tm.recipes()[name]
+    result = checks.checkpoint_check(recipe)
+    assert result["passed"] and result["bit_identical"] and result["max_error"] == 0.0
+    def drifting(self, x):  # the recomputed fc1 output (what GELU saves) 2^-10 off
+        h = self.fc1(self.norm(x))
+        if torch._C._current_graph_task_id() != -1:
+            h = h * (1 + 2.0**-10)
+        return torch.nn.functional.gelu(h)
+
+    monkeypatch.setattr(tm.MLPBlock, "_hidden", drifting)
+    broken = checks.checkpoint_check(recipe)
+    assert not broken["passed"] and broken["max_error"] > 0.0
+
+
 def test_unconverted_bf16_model_saves_its_activations():
     # per block: LayerNorm's input, fc1's input, GELU's input and fc2's input, bf16, plus
     # LayerNorm's per-row mean and rstd (bf16 or float32); parameters are excluded
@@ -109,7 +137,8 @@ def test_torchao_float8_emulation_follows_its_definition():
 def test_quick_section_checks_times_and_measures_every_recipe():
     section = tr.training_section(quick=True, rounds=1)
     rows = {r["recipe"]: r for r in section["rows"]}
-    assert list(rows) == ["unconverted", *tm.recipes(), tr.TORCHAO]
+    assert list(rows) == ["unconverted", *tm.recipes(),
+                          *[f"{name} + checkpoint" for name in tr.CHECKPOINTED], tr.TORCHAO]
     assert section["ok"] is True
     assert rows["unconverted"]["saved_bf16_ratio"] == 1.0
     assert rows["unconverted"]["saved_linear_ratio"] == 1.0
@@ -123,6 +152,10 @@ def test_quick_section_checks_times_and_measures_every_recipe():
         assert 0 < row["saved_linear_bytes"] < row["saved_bf16_bytes"]
         if name != "Bf16":
             assert row["saved_linear_ratio"] < row["saved_bf16_ratio"] < 1.0
+    for name in tr.CHECKPOINTED:  # checked, and saving less than without checkpointing
+        row = rows[f"{name} + checkpoint"]
+        assert row["check"]["passed"] and row["fp32_ratio"] > 0
+        assert row["saved_bf16_bytes"] < rows[name]["saved_bf16_bytes"]
     torchao = rows[tr.TORCHAO]
     if importlib.util.find_spec("torchao") is None:
         assert torchao["status"] == "not installed"

@@ -20,6 +20,12 @@ For each recipe (Bf16, FP8 delayed, FP8 current, Blockwise FP8, MX, NVFP4) on th
   input, GELU's input) saves the same bytes under every recipe, as it does under
   Transformer Engine.
 
+Three recipes run again with activation checkpointing ("+ checkpoint": norm, fc1 and GELU
+of each block recomputed in backward,
+[checkpointed][normlab.bench.training_model.checkpointed]), checked first to train bit for
+bit as without it ([checkpoint_check][normlab.bench.training_checks.checkpoint_check]):
+the memory a recompute buys and the time it costs.
+
 torchao's float8 emulation (`convert_to_float8_training`, `emulate=True`) on the same
 models is the outside reference point: checked against its own definition, then timed and
 measured alike; its row says "not installed" without torchao.
@@ -37,24 +43,27 @@ import torch
 from normlab.bench.memory import saved_bytes
 from normlab.bench.table import format_seconds, render
 from normlab.bench.timing import alternate, other_load
-from normlab.bench.training_checks import recipe_check, torchao_check
+from normlab.bench.training_checks import checkpoint_check, recipe_check, torchao_check
 from normlab.bench.training_model import (
     FULL,
     QUICK,
     ModelSize,
     Run,
     build_model,
+    checkpointed,
     convert,
     recipes,
     torchao_convert,
 )
 
-__all__ = ["DTYPES", "TORCHAO", "format_training", "training_section"]
+__all__ = ["CHECKPOINTED", "DTYPES", "TORCHAO", "format_training", "training_section"]
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 """The model dtypes of the section, by the name its table shows."""
 TORCHAO = "torchao float8 (emulate)"
 """The name of torchao's row."""
+CHECKPOINTED = ("FP8 delayed", "MX", "NVFP4")
+"""The recipes that run again with activation checkpointing (one of each step target)."""
 
 
 def _saved(run: Run, linear_only: bool = False) -> int:
@@ -82,6 +91,10 @@ def _measure(row: dict[str, Any], convert_fn: Callable[[torch.nn.Module], torch.
         row[f"{name}_step_s"] = statistics.median(t.a_s)
         plain_steps[name].extend(t.b_s)
         del conv
+
+
+def _checkpointed(model: torch.nn.Module, recipe: Any) -> torch.nn.Module:
+    return checkpointed(convert(model, recipe))
 
 
 def _torchao_row(plain: dict[str, Run], size: ModelSize, rounds: int,
@@ -149,9 +162,16 @@ def _section(size: ModelSize, rounds: int, seed: int) -> dict[str, Any]:
     base["saved_linear_bytes"] = _saved(plain["bf16"], linear_only=True)
     rows = []
     plain_steps: dict[str, list[float]] = {name: [] for name in DTYPES}
-    for label, recipe in recipes().items():
+    chosen = recipes()
+    for label, recipe in chosen.items():
         row: dict[str, Any] = {"recipe": label, "check": recipe_check(recipe)}
         _measure(row, partial(convert, recipe=recipe), plain, size, rounds, plain_steps)
+        rows.append(row)
+    for label in (name for name in CHECKPOINTED if name in chosen):
+        recipe = chosen[label]
+        row = {"recipe": f"{label} + checkpoint", "check": checkpoint_check(recipe)}
+        _measure(row, partial(_checkpointed, recipe=recipe), plain, size, rounds,
+                 plain_steps)
         rows.append(row)
     rows.append(_torchao_row(plain, size, rounds, plain_steps))
     for name in DTYPES:  # the unconverted step: median over every round of the section
@@ -224,10 +244,11 @@ def format_training(section: dict[str, Any], markdown: bool = False) -> str:
               "alternating rounds of the round's ratio (interquartile spread in brackets; "
               "the unconverted row gives its step time); saved = bytes saved for backward "
               "by one forward of the model (distinct storages, parameters excluded) / those "
-              "of the unconverted bf16 model; saved by linears = what the linear layers "
-              "alone save / what they save unconverted, bf16 model; check = the layer's "
-              "forward against the recipe's NumPy functions (torchao: against its "
-              "definition), within the float32 bound")
+              "of the unconverted bf16 model; + checkpoint = norm, fc1 and GELU recomputed "
+              "in backward (check: trains bit for bit as without); saved by linears = what "
+              "the linear layers alone save / what they save unconverted, bf16 model; "
+              "check = the layer's forward against the recipe's NumPy functions "
+              "(torchao: against its definition), within the float32 bound")
     table = render(_COLUMNS, [_cells(r) for r in section["rows"]], markdown)
     verdict = "correctness: " + ("ok" if section["ok"] else "FAILED")
     return "\n".join([head, table, verdict, legend])

@@ -7,7 +7,11 @@ forward (float32) must equal the fake-quantised matmul of the NumPy recipe funct
 recipe's forward GEMM reads it: x in blocks along K, W along K (NVFP4 in 16 x 16 tiles,
 blockwise FP8 in `block_size` squares). Delayed scaling runs two training forwards: the
 first with the initial scale 1, the second with the scale of the recorded amaxes.
-torchao's float8 emulation is checked the same way against its own definition: per-tensor
+A checkpointed model ([checkpointed][normlab.bench.training_model.checkpointed]) is checked
+against the same converted model without checkpointing: three training steps, losses and
+final parameters bit for bit (a recomputed forward that differs from the original, or a
+recipe state that counts it, shows in the gradients). torchao's float8 emulation is
+checked the same way against its own definition: per-tensor
 scale $s = \mathrm{float32}(448 / \mathrm{amax})$ (amax in float64), operand
 $\mathrm{e4m3}_{sat}(x s) / s$.
 
@@ -36,8 +40,8 @@ import torch
 import normlab.precision as p
 import normlab.torch as nt
 
-__all__ = ["CHECK_SHAPE", "forward_error", "recipe_check", "reference_operands",
-           "torchao_check"]
+__all__ = ["CHECK_SHAPE", "checkpoint_check", "forward_error", "recipe_check",
+           "reference_operands", "torchao_check"]
 
 CHECK_SHAPE = (64, 256, 128)
 """(M, K, N) of the checked layer: K a multiple of every recipe's block (16, 32, 128)."""
@@ -182,6 +186,38 @@ def recipe_check(recipe: Any, seed: int = 0) -> dict[str, Any]:
         errors = [forward_error(layer(torch.from_numpy(x)), qx, qw, b)
                   for qx, qw in reference_operands(recipe, x, w)]
     return _result(errors)
+
+
+def checkpoint_check(recipe: Any, steps: int = 3, seed: int = 0) -> dict[str, Any]:
+    """The converted `QUICK` model trained with and without activation checkpointing.
+
+    Parameters
+    ----------
+    recipe : object
+        A `normlab.torch` training recipe.
+    steps : int, optional
+        Training steps of each. Default 3.
+    seed : int, optional
+        Seed of the initial weights. Default 0.
+
+    Returns
+    -------
+    result : dict
+        `max_error` (the largest absolute difference of a loss or a final parameter),
+        `bit_identical` and `passed` (both: every loss and parameter equal).
+    """
+    from normlab.bench import training_model as tm  # it imports this module's users only
+
+    base = tm.build_model(tm.QUICK, torch.float32, seed)
+    runs = [tm.Run.of(tm.convert(base, recipe), tm.QUICK),
+            tm.Run.of(tm.checkpointed(tm.convert(base, recipe)), tm.QUICK)]
+    (la, lb), (pa, pb) = ([[r.step() for _ in range(steps)] for r in runs],
+                          [list(r.model.parameters()) for r in runs])
+    pairs = list(zip(pa, pb, strict=True))
+    worst = max([abs(a - b) for a, b in zip(la, lb, strict=True)]
+                + [float((a - b).detach().abs().max()) for a, b in pairs])
+    same = la == lb and all(torch.equal(a, b) for a, b in pairs)
+    return {"max_error": worst, "bit_identical": same, "passed": same}
 
 
 def _torchao_operand(t: np.ndarray) -> np.ndarray:

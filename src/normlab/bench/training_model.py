@@ -20,11 +20,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.utils.checkpoint
 
 import normlab.torch as nt
 
-__all__ = ["FULL", "QUICK", "MLPBlock", "ModelSize", "Run", "build_model", "convert",
-           "recipes", "torchao_convert"]
+__all__ = ["FULL", "QUICK", "MLPBlock", "ModelSize", "Run", "build_model", "checkpointed",
+           "convert", "recipes", "torchao_convert"]
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,11 @@ QUICK = ModelSize(tokens=128, width=64, hidden=192)
 class MLPBlock(torch.nn.Module):
     """One pre-norm residual MLP block: `x + fc2(gelu(fc1(norm(x))))`.
 
+    With `recompute` set, `gelu(fc1(norm(x)))` runs under `torch.utils.checkpoint`
+    (non-reentrant): the forward keeps only the block's input for it and backward runs
+    that part again (activation checkpointing, as Transformer Engine's `LayerNormMLP`
+    `checkpoint` option does for its whole MLP).
+
     Parameters
     ----------
     width : int
@@ -73,6 +79,8 @@ class MLPBlock(torch.nn.Module):
         `width` to `hidden` features.
     fc2 : torch.nn.Linear
         `hidden` back to `width` features.
+    recompute : bool
+        Checkpoint norm, fc1 and GELU (default False).
     """
 
     def __init__(self, width: int, hidden: int) -> None:
@@ -80,10 +88,18 @@ class MLPBlock(torch.nn.Module):
         self.norm = torch.nn.LayerNorm(width)
         self.fc1 = torch.nn.Linear(width, hidden)
         self.fc2 = torch.nn.Linear(hidden, width)
+        self.recompute = False
+
+    def _hidden(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.gelu(self.fc1(self.norm(x)))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """The block on `x`, shape (M, width)."""
-        return x + self.fc2(torch.nn.functional.gelu(self.fc1(self.norm(x))))
+        if self.recompute and torch.is_grad_enabled():
+            h = torch.utils.checkpoint.checkpoint(self._hidden, x, use_reentrant=False)
+        else:
+            h = self._hidden(x)
+        return x + self.fc2(h)
 
 
 def build_model(size: ModelSize, dtype: torch.dtype, seed: int = 0) -> torch.nn.Sequential:
@@ -181,6 +197,25 @@ def convert(model: torch.nn.Module, recipe: Any) -> torch.nn.Module:
         The converted copy.
     """
     return nt.convert(copy.deepcopy(model), recipe)
+
+
+def checkpointed(model: torch.nn.Module) -> torch.nn.Module:
+    """`model` with every `MLPBlock` checkpointing norm, fc1 and GELU (in place).
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        A benchmark model, converted or not.
+
+    Returns
+    -------
+    model : torch.nn.Module
+        The same model.
+    """
+    for m in model.modules():
+        if isinstance(m, MLPBlock):
+            m.recompute = True
+    return model
 
 
 def torchao_convert() -> Callable[[torch.nn.Module], torch.nn.Module] | str:
