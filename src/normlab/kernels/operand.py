@@ -26,7 +26,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from normlab.kernels import block_scale_jit, operand_jit, scale_grid_jit
+from normlab.kernels import amax_jit, block_scale_jit, operand_jit, scale_grid_jit
 from normlab.kernels._adapt import launch
 from normlab.kernels.quantize import narrow_nearest_serves, round_params
 from normlab.precision import block_scales
@@ -75,9 +75,9 @@ def _amax(xb: np.ndarray, ra: int, rb: int) -> np.ndarray:
     nA, nB = -(-A // ra), -(-B // rb)
     out = np.empty((nA, nB), xb.dtype)
     if rb == 1 and ra > 1:
-        launch(operand_jit.amax_cols, xb.size, xb, ra, mask, out)
+        launch(amax_jit.amax_cols, xb.size, xb, ra, mask, out)
     elif ra == 1 and rb < B:
-        launch(operand_jit.amax_row_blocks, xb.size, xb, rb, mask, out)
+        launch(amax_jit.amax_row_blocks, xb.size, xb, rb, mask, out)
     else:
         launch(block_scale_jit.amax_bits, xb.size, xb.reshape(1, A, B), ra, rb, mask,
                out.reshape(1, nA, nB))
@@ -239,7 +239,7 @@ def tensor_amax(x: Any) -> Any:
     xb = phys[0]
     mask = xb.dtype.type(2 ** (8 * xb.itemsize - 1) - 1)
     rows = np.empty(xb.shape[0], xb.dtype)
-    launch(operand_jit.amax_rows, xb.size, xb, mask, rows)
+    launch(amax_jit.amax_rows, xb.size, xb, mask, rows)
     top = np.uint32(rows.max()) << np.uint32(16 if xb.itemsize == 2 else 0)
     return np.float32(np.nan) if top > np.uint32(0x7F800000) else top.view(np.float32)
 

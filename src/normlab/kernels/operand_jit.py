@@ -39,8 +39,8 @@ from normlab.kernels.quantize_jit import (
     splitmix64,
 )
 
-__all__ = ["amax_cols", "amax_row_blocks", "amax_rows", "decode_blocks", "encode_blocks",
-           "encode_values", "fake_blocks", "fake_encode_flat"]
+__all__ = ["decode_blocks", "encode_blocks", "encode_values", "fake_blocks",
+           "fake_encode_flat"]
 
 _INF = np.uint32(0x7F800000)
 _SIGN = np.uint32(0x80000000)
@@ -357,41 +357,11 @@ def decode_blocks(co, ra, rb, lut, d1, d2, packed, vo):
 
 
 @jit()
-def amax_cols(xb, ra, mask, out):
-    """out[ba, b] = max over rows a of block ba of (xb[a, b] & mask): column blocks (ra, 1).
-
-    The integer max of sign-masked float bits is the max of |x| (a NaN above every number),
-    as [normlab.kernels.block_scale_jit.amax_bits][]; the loop runs along rows, which
-    vectorises.
-    """
-    A, B = xb.shape
-    for ba in prange(out.shape[0]):
-        for b in range(B):
-            out[ba, b] = 0
-        for a in range(ba * ra, min(A, (ba + 1) * ra)):
-            for b in range(B):
-                out[ba, b] = max(out[ba, b], xb[a, b] & mask)
-
-
-@jit()
 def encode_values(vb, ebias, m, minnorm, sub_shift, nanc, infc, sbit, co):
     """co[i] = the code of the float32 bits vb[i], a value the format holds (or NaN/inf):
     `_encode` alone, no rounding (NVFP4's E4M3 block scales, exact by construction)."""
     for i in prange(vb.shape[0]):
         co[i] = _encode(np.uint32(vb[i]), ebias, m, minnorm, sub_shift, nanc, infc, sbit)
-
-
-@jit()
-def amax_rows(xb, mask, out):
-    """out[a] = max over row a of (xb[a, b] & mask): a whole operand's amax in one read-only
-    pass, parallel over rows (`out.max()` finishes it; the integer max is exact in any
-    order, as in `amax_cols`)."""
-    A, B = xb.shape
-    for a in prange(A):
-        m = out.dtype.type(0)
-        for b in range(B):
-            m = max(m, xb[a, b] & mask)
-        out[a] = m
 
 
 @jit()
@@ -417,38 +387,3 @@ def fake_encode_flat(xb, mul, d1, m, emin, maxbits, ovf, flush_bits, inf_out, na
             code = _encode(r, ebias, m, minnorm, sub_shift, nanc, infc, sbit)
             vo[a, b] = qnan if bad else v
             co[a, b] = u(nanc) if bad else code
-
-
-@njit(inline="always")
-def _row_block_amaxes(xb, a, k, full, mask, out):
-    """out[a, bb] for the `full` blocks (1, k) of row `a` (k a literal at the call: the
-    block's max is one fixed-length reduction)."""
-    for bb in range(full):
-        m = out.dtype.type(0)
-        base = bb * k
-        for j in range(k):
-            m = max(m, xb[a, base + j] & mask)
-        out[a, bb] = m
-
-
-@jit()
-def amax_row_blocks(xb, rb, mask, out):
-    """out[a, bb] = max over block bb of row a of (xb[a, b] & mask): blocks (1, rb) along
-    rows, as `amax_cols` (a row's full blocks in one loop of fixed-length runs, literal
-    lengths for NVFP4's 16, MX's 32 and blockwise FP8's 128; the ragged tail after them)."""
-    A, B = xb.shape
-    full = B // rb
-    for a in prange(A):
-        if rb == 16:
-            _row_block_amaxes(xb, a, 16, full, mask, out)
-        elif rb == 32:
-            _row_block_amaxes(xb, a, 32, full, mask, out)
-        elif rb == 128:
-            _row_block_amaxes(xb, a, 128, full, mask, out)
-        else:
-            _row_block_amaxes(xb, a, rb, full, mask, out)
-        if full * rb < B:
-            m = out.dtype.type(0)
-            for b in range(full * rb, B):
-                m = max(m, xb[a, b] & mask)
-            out[a, full] = m
