@@ -127,14 +127,8 @@ def saved_wgrad_operand(layer: Any, x: torch.Tensor) -> SavedOperand:
     hadamard = _hadamard(layer)
     parts = opaque.encode(x, spec, scale=scale, hadamard=hadamard)
     rows = x.shape[0] + (-x.shape[0]) % 16 if hadamard is not None else x.shape[0]
-    rows_first = hadamard is not None or _rows_first(x)  # the transform writes rows
-    order = opaque.order_of(spec, rows_first, x.device)
+    order = opaque.operand_order(spec, x, hadamard)  # the layout encode stored them in
     return SavedOperand(parts, spec, (rows, x.shape[1]), order)
-
-
-def _rows_first(x: torch.Tensor) -> bool:
-    """Whether 2-D `x` is stored rows first (the layout its saved codes keep)."""
-    return x.stride(1) == 1 or x.shape[1] == 1
 
 
 def x_operands(layer: Any, x: torch.Tensor, keep: bool
@@ -151,7 +145,7 @@ def x_operands(layer: Any, x: torch.Tensor, keep: bool
     spec = operand_spec(r, "x", 0)
     scale = layer.operand_scale(x, 0) if isinstance(r, _SCALED) else None
     qx, parts = opaque.fake_encode(x, spec, scale=scale)
-    order = opaque.order_of(spec, _rows_first(x), x.device)
+    order = opaque.operand_order(spec, x)
     return qx, SavedOperand(parts, spec, (x.shape[0], x.shape[1]), order)
 
 

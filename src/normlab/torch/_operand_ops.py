@@ -56,6 +56,7 @@ __all__ = [
     "fake",
     "fake_encode",
     "hadamard_rows",
+    "operand_order",
     "order_of",
     "stream_seed",
     "tensor_amax",
@@ -172,12 +173,9 @@ def _fake_op(t: torch.Tensor, spec: str, scale: torch.Tensor | None, step: torch
                                                    xp=NUMPY))
     else:
         out = po.fake_operand(src.detach(), s, scale=scale, seed=seed, order=order, xp=TORCH)
-    return _layout(out, order)
-
-
-def _layout(out: torch.Tensor, order: str) -> torch.Tensor:
-    """`out` with the fixed layout `order` (a copy only where a fallback laid it out else)."""
     return TORCH.ordered(out, order)
+
+
 
 
 def _prepared_shape(t: torch.Tensor, hadamard: torch.Tensor | None) -> tuple[Any, Any]:
@@ -190,10 +188,10 @@ def _(t, spec, scale, step, stream, which, hadamard, order):
     return _empty_2d(_prepared_shape(t, hadamard), order, torch.float32, t.device)
 
 
-def _order(spec: po.OperandSpec, t: torch.Tensor, hadamard: torch.Tensor | None) -> str:
-    """The layout of `t`'s results, passed to the op: its real and fake implementations
-    follow the one argument, and a cached compiled graph of another layout rule (an
-    earlier release) does not match the new graph's key."""
+def operand_order(spec: po.OperandSpec, t: torch.Tensor,
+                  hadamard: torch.Tensor | None = None) -> str:
+    """The layout of `t`'s values and codes, an argument of each op: the real and fake
+    implementations follow it, and a compiled graph records it in its cache key."""
     return order_of(spec, hadamard is not None or _rows_contiguous(t), t.device)
 
 
@@ -226,7 +224,7 @@ def fake(t: torch.Tensor, spec: po.OperandSpec, *, scale: torch.Tensor | None = 
         float32, shape (R, C) (R padded with `hadamard`), in the layout of `order_of`.
     """
     return _fake_op(t, spec.key(), scale, step, int(stream), int(which), hadamard,
-                    _order(spec, t, hadamard))
+                    operand_order(spec, t, hadamard))
 
 
 def _encoded_shapes(s: po.OperandSpec, shape: tuple[Any, Any],
@@ -310,7 +308,7 @@ def encode(t: torch.Tensor, spec: po.OperandSpec, *, scale: torch.Tensor | None 
            hadamard: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
     """Operand `t` as (codes, scales, tensor scale) tensors (empty where the kind has none):
     [encode_operand][normlab.precision.operands.encode_operand] in its fixed layout."""
-    return _encode_op(t, spec.key(), scale, hadamard, _order(spec, t, hadamard))
+    return _encode_op(t, spec.key(), scale, hadamard, operand_order(spec, t, hadamard))
 
 
 @torch.library.custom_op("normlab::fake_encode_operand", mutates_args=())
@@ -328,8 +326,8 @@ def _fake_encode_op(t: torch.Tensor, spec: str, scale: torch.Tensor | None, orde
     else:
         values, enc = fake_encode_operand(t.detach(), s, scale=scale, order=order, xp=TORCH)
         parts = [enc.codes, enc.scales, enc.tensor_scale]
-    values = _layout(values, order).to(t.device)
-    return (values, *_parts(parts, t.device))  # type: ignore[return-value]
+    values = TORCH.ordered(values, order).to(t.device)
+    return (values, *_parts(parts, t.device))
 
 
 @_fake_encode_op.register_fake
@@ -346,7 +344,7 @@ def fake_encode(t: torch.Tensor, spec: po.OperandSpec, *, scale: torch.Tensor | 
     """`(fake(t, spec), encode(t, spec))` from one pass over `t` where the kind allows
     ([fake_encode_operand][normlab.precision.operand_pass.fake_encode_operand]): the
     forward operand of the Bf16 and FP8 recipes and its saved codes, both laid out as `t`."""
-    values, *parts = _fake_encode_op(t, spec.key(), scale, _order(spec, t, None))
+    values, *parts = _fake_encode_op(t, spec.key(), scale, operand_order(spec, t))
     return values, tuple(parts)
 
 
@@ -363,7 +361,7 @@ def _decode_op(codes: torch.Tensor, scales: torch.Tensor, tensor_scale: torch.Te
                                                      xp=NUMPY))
     else:
         out = po.decode_operand(Encoded(*parts), s, (rows, cols), order=order, xp=TORCH)
-    return _layout(out, order)
+    return TORCH.ordered(out, order)
 
 
 @_decode_op.register_fake
