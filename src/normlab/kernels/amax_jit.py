@@ -6,7 +6,7 @@ Every loop reads `xb` (A, B), the uint32 or uint16 bits of float32 or bfloat16 i
 takes the integer max of the sign-masked bits (`xb & mask`): the bits of max |x|, exact in
 any order (a NaN's bits are above every number's, so NaN wins, as in
 [normlab.kernels.block_scale_jit.amax_bits][]). Outputs are bits in xb's dtype; the
-adapter in [normlab.kernels.operand][] reads them as float32.
+adapter in `normlab.kernels.operand` reads them as float32.
 """
 
 from __future__ import annotations
