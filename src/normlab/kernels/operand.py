@@ -43,10 +43,24 @@ _F32 = np.dtype(np.float32)
 _BF16 = np.dtype(ml_dtypes.bfloat16)
 _EMPTY_F = np.zeros((0, 0), np.float32)
 _EMPTY_U8 = np.zeros((0, 0), np.uint8)
-# NVFP4's block scales round to E4M3 to nearest even, saturating (every parameter but
-# `qbits`, which nearest rounding does not use)
-_E4M3_SAT = tuple(p for i, p in enumerate(
-    round_params(FLOAT8_E4M3FN, RoundingMode.NEAREST, True, _F32)) if i != 2)
+
+
+def _nearest_args(params: tuple[Any, ...]) -> tuple[Any, ...]:
+    """`round_params` of nearest rounding without `qbits`, which it does not use: `m, emin,
+    maxbits, ovf, flush, inf_out, nan_keep, nan_out`."""
+    return tuple(params[:2]) + tuple(params[3:])
+
+
+def _code_args(fmt: Format) -> tuple[Any, ...]:
+    """The encoding parameters of `_encode` for `fmt` but `m` (module header of
+    `operand_jit`): `ebias, minnorm, sub_shift, nanc, infc, sbit`."""
+    t = code_tables(fmt)
+    return (127 - fmt.bias, np.float32(2.0**fmt.emin).view(np.uint32),
+            fmt.emin - fmt.mantissa_bits + 150, t.nan_code, t.inf_code, t.sign_bit)
+
+
+# NVFP4's block scales round to E4M3 to nearest even, saturating
+_E4M3_SAT = _nearest_args(round_params(FLOAT8_E4M3FN, RoundingMode.NEAREST, True, _F32))
 
 
 def _serves(fmt: Format) -> bool:
@@ -78,6 +92,8 @@ def _amax(xb: np.ndarray, ra: int, rb: int) -> np.ndarray:
         launch(amax_jit.amax_cols, xb.size, xb, ra, mask, out)
     elif ra == 1 and rb < B:
         launch(amax_jit.amax_row_blocks, xb.size, xb, rb, mask, out)
+    elif ra == 1:  # whole rows
+        launch(amax_jit.amax_rows, xb.size, xb, mask, out.reshape(-1))
     else:
         launch(block_scale_jit.amax_bits, xb.size, xb.reshape(1, A, B), ra, rb, mask,
                out.reshape(1, nA, nB))
@@ -142,12 +158,10 @@ def _e4m3_codes(v: np.ndarray) -> np.ndarray:
     """E4M3 codes of float32 values E4M3 holds (NVFP4's block scales): the encode step of
     `encode_blocks` ([element_codes][normlab.precision.operand_codes.element_codes]'s
     values, without its search)."""
-    fmt, t = FLOAT8_E4M3FN, code_tables(FLOAT8_E4M3FN)
+    ebias, *rest = _code_args(FLOAT8_E4M3FN)
     co = np.empty(v.shape, np.uint8)
-    launch(operand_jit.encode_values, v.size, v.reshape(-1).view(np.uint32), 127 - fmt.bias,
-           fmt.mantissa_bits, np.float32(2.0**fmt.emin).view(np.uint32),
-           fmt.emin - fmt.mantissa_bits + 150, t.nan_code, t.inf_code, t.sign_bit,
-           co.reshape(-1))
+    launch(operand_jit.encode_values, v.size, v.reshape(-1).view(np.uint32), ebias,
+           FLOAT8_E4M3FN.mantissa_bits, *rest, co.reshape(-1))
     return co
 
 
@@ -169,12 +183,8 @@ def _run(x: Any, spec: OperandSpec, scale: Any, seed: int | None, order: str,
     if values and codes:  # one scale, no blocks, stored as it lies: both in one pass
         vo = np.empty(stored, np.float32)
         co = np.empty(stored, np.uint8 if fmt.bits <= 8 else np.int16)
-        t = code_tables(fmt)
-        m, emin, _q, maxbits, ovf, flush, inf_out, nan_keep, nan_out = params
-        launch(operand_jit.fake_encode_flat, xb.size, xb, mul[0, 0], d1[0, 0], m, emin,
-               maxbits, ovf, flush, inf_out, nan_keep, nan_out, 127 - fmt.bias,
-               np.float32(2.0**fmt.emin).view(np.uint32),
-               fmt.emin - fmt.mantissa_bits + 150, t.nan_code, t.inf_code, t.sign_bit, vo, co)
+        launch(operand_jit.fake_encode_flat, xb.size, xb, mul[0, 0], d1[0, 0],
+               *_nearest_args(params), *_code_args(fmt), vo, co)
     elif values:
         vo = np.empty(stored, np.float32)
         wa, wb = (1, A) if transposed else (B, 1)
@@ -186,13 +196,8 @@ def _run(x: Any, spec: OperandSpec, scale: Any, seed: int | None, order: str,
         packed = spec.kind == "nvfp4"
         cshape = (stored[0], -(-stored[1] // 2)) if packed else stored
         co = np.zeros(cshape, np.uint8 if fmt.bits <= 8 else np.int16)
-        t = code_tables(fmt)
-        m, emin, _q, maxbits, ovf, flush, inf_out, nan_keep, nan_out = params
-        launch(operand_jit.encode_blocks, xb.size, xb, block[0], block[1], mul, d1, m, emin,
-               maxbits, ovf, flush, inf_out, nan_keep, nan_out, 127 - fmt.bias,
-               np.float32(2.0**fmt.emin).view(np.uint32),
-               fmt.emin - fmt.mantissa_bits + 150, t.nan_code, t.inf_code, t.sign_bit, flip,
-               packed, co)
+        launch(operand_jit.encode_blocks, xb.size, xb, block[0], block[1], mul, d1,
+               *_nearest_args(params), *_code_args(fmt), flip, packed, co)
         vo = _EMPTY_F
     out_v = vo if order == "C" else vo.T
     kept = _logical_scales(scales, spec, transposed) if codes else None
@@ -237,11 +242,8 @@ def tensor_amax(x: Any) -> Any:
     if phys is None or x.size == 0:
         return NotImplemented
     xb = phys[0]
-    mask = xb.dtype.type(2 ** (8 * xb.itemsize - 1) - 1)
-    rows = np.empty(xb.shape[0], xb.dtype)
-    launch(amax_jit.amax_rows, xb.size, xb, mask, rows)
-    top = np.uint32(rows.max()) << np.uint32(16 if xb.itemsize == 2 else 0)
-    return np.float32(np.nan) if top > np.uint32(0x7F800000) else top.view(np.float32)
+    top = _amax(xb, 1, xb.shape[1]).max()  # each row's max, then theirs (NaN wins)
+    return np.float32(np.nan) if top != top else np.float32(top)
 
 
 def decode_operand(enc: Encoded, spec: OperandSpec, shape: tuple[int, int], order: str) -> Any:

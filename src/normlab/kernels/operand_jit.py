@@ -33,8 +33,7 @@ from normlab.kernels._adapt import jit
 from normlab.kernels.quantize_jit import (
     join_magnitude,
     narrow_consts,
-    narrow_nearest,
-    special_rules,
+    nearest_narrow,
     split_magnitude,
     splitmix64,
 )
@@ -53,16 +52,6 @@ def _wide(xb, a, b):
     if xb.itemsize == 2:
         return np.uint32(np.uint32(xb[a, b]) << np.uint32(16))
     return np.uint32(xb[a, b])
-
-
-@njit(inline="always")
-def _nearest(mag, s, maxbits, ovf, flush_bits, inf_out, nan_keep, nan_out, sh, low, bias,
-             mn, c):
-    """The float32 magnitude bits `mag` rounded to nearest even, the sign `s` put back."""
-    u = np.uint32
-    r0 = narrow_nearest(mag, u, sh, low, bias, mn, c)
-    return u(special_rules(mag, r0, u, _INF, maxbits, ovf, flush_bits, inf_out, nan_keep,
-                           nan_out) | s)
 
 
 @njit(inline="always")
@@ -144,8 +133,8 @@ def _fake_nearest(x, sv, fv, d2, maxbits, ovf, flush_bits, inf_out, nan_keep, na
     u = np.uint32
     bits = np.float32(x * sv).view(np.uint32)
     s = u(bits & _SIGN)
-    r = _nearest(u(bits ^ s), s, maxbits, ovf, flush_bits, inf_out, nan_keep, nan_out, sh,
-                 low, bias, mn, c)
+    r = nearest_narrow(u(bits ^ s), s, maxbits, ovf, flush_bits, inf_out, nan_keep, nan_out,
+                       sh, low, bias, mn, c)
     v = np.float32(np.float32(np.uint32(r).view(np.float32) * fv) * d2)
     return u(0x7FC00000).view(np.float32) if fv != fv else v
 
@@ -299,8 +288,8 @@ def encode_blocks(xb, ra, rb, mul, d1, m, emin, maxbits, ovf, flush_bits, inf_ou
                 vb = np.float32(np.uint32(_wide(xb, a, b)).view(np.float32) * srow[b])
                 bits = vb.view(np.uint32)
                 s = u(bits & _SIGN)
-                r = _nearest(u(bits ^ s), s, maxbits, ovf, flush_bits, inf_out, nan_keep,
-                             nan_out, sh, low, bias, mn, c)
+                r = nearest_narrow(u(bits ^ s), s, maxbits, ovf, flush_bits, inf_out,
+                                   nan_keep, nan_out, sh, low, bias, mn, c)
                 code = _encode(r, ebias, m, minnorm, sub_shift, nanc, infc, sbit)
                 crow[b] = u(nanc) if frow[b] != frow[b] else code
             if flip:
@@ -381,8 +370,8 @@ def fake_encode_flat(xb, mul, d1, m, emin, maxbits, ovf, flush_bits, inf_out, na
             vb = np.float32(np.uint32(_wide(xb, a, b)).view(np.float32) * mul)
             bits = vb.view(np.uint32)
             s = u(bits & _SIGN)
-            r = _nearest(u(bits ^ s), s, maxbits, ovf, flush_bits, inf_out, nan_keep,
-                         nan_out, sh, low, bias, mn, c)
+            r = nearest_narrow(u(bits ^ s), s, maxbits, ovf, flush_bits, inf_out, nan_keep,
+                               nan_out, sh, low, bias, mn, c)
             v = np.float32(np.uint32(r).view(np.float32) * d1)
             code = _encode(r, ebias, m, minnorm, sub_shift, nanc, infc, sbit)
             vo[a, b] = qnan if bad else v

@@ -44,6 +44,7 @@ __all__ = [
     "join_magnitude",
     "narrow_consts",
     "narrow_nearest",
+    "nearest_narrow",
     "round_away",
     "round_nearest",
     "round_nearest_narrow",
@@ -188,6 +189,18 @@ def special_rules(a, r, u, infb, maxbits, ovf, flush_bits, inf_out, nan_keep, na
     return (a if nan_keep else nan_out) if a > infb else r
 
 
+@njit(inline="always")
+def nearest_narrow(a, s, maxbits, ovf, flush_bits, inf_out, nan_keep, nan_out, sh, low,
+                   bias, minnorm, c):
+    """The float32 magnitude bits `a` rounded to nearest even (`narrow_nearest`), the
+    special rules applied, the sign bit `s` put back: one element of
+    `round_nearest_narrow`."""
+    u = np.uint32
+    r = narrow_nearest(a, u, sh, low, bias, minnorm, c)
+    return u(special_rules(a, r, u, u(0x7F800000), maxbits, ovf, flush_bits, inf_out,
+                           nan_keep, nan_out) | s)
+
+
 @jit()
 def round_nearest_narrow(xbits, out, m, emin, qbits, maxbits, ovf, flush_bits,
                          inf_out, nan_keep, nan_out):
@@ -205,14 +218,12 @@ def round_nearest_narrow(xbits, out, m, emin, qbits, maxbits, ovf, flush_bits,
     addition and subtraction are kept as written. Overflow, flush, inf and NaN rules as in
     [join_magnitude][normlab.kernels.quantize_jit.join_magnitude].
     """
-    u, _M, _B, signbit, infb = bit_consts(xbits)
+    u, _M, _B, signbit, _infb = bit_consts(xbits)
     sh, low, bias, minnorm, c = narrow_consts(m, emin)
     for i in prange(xbits.shape[0]):
         s = u(xbits[i] & signbit)
-        a = u(xbits[i] ^ s)
-        r = narrow_nearest(a, u, sh, low, bias, minnorm, c)
-        r = special_rules(a, r, u, infb, maxbits, ovf, flush_bits, inf_out, nan_keep, nan_out)
-        out[i] = u(r | s)
+        out[i] = nearest_narrow(u(xbits[i] ^ s), s, maxbits, ovf, flush_bits, inf_out,
+                                nan_keep, nan_out, sh, low, bias, minnorm, c)
 
 
 @jit()

@@ -17,12 +17,9 @@ import numpy as np
 from numba import njit, prange
 
 from normlab.kernels._adapt import jit
-from normlab.kernels.quantize_jit import narrow_consts, narrow_nearest, special_rules
+from normlab.kernels.quantize_jit import narrow_consts, nearest_narrow
 
 __all__ = ["mx_grid", "nvfp4_grid"]
-
-_INF = np.uint32(0x7F800000)
-
 
 @njit(inline="always")
 def _pow2_f32(k):
@@ -96,9 +93,8 @@ def nvfp4_grid(amax, s_mul, s_dec, m, emin, maxbits, ovf, flush_bits, inf_out, n
         for j in range(nB):
             bits = np.float32(amax[i, j] * s_mul).view(np.uint32)
             s = u(bits & u(0x80000000))
-            a = u(bits ^ s)
-            r = u(special_rules(a, narrow_nearest(a, u, sh, low, bias, mn, c), u, _INF,
-                                maxbits, ovf, flush_bits, inf_out, nan_keep, nan_out) | s)
+            r = nearest_narrow(u(bits ^ s), s, maxbits, ovf, flush_bits, inf_out, nan_keep,
+                               nan_out, sh, low, bias, mn, c)
             b = np.uint32(r).view(np.float32)
             s_b[i, j] = b
             p = np.float32(b * s_dec)

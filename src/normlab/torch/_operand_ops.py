@@ -176,8 +176,6 @@ def _fake_op(t: torch.Tensor, spec: str, scale: torch.Tensor | None, step: torch
     return TORCH.ordered(out, order)
 
 
-
-
 def _prepared_shape(t: torch.Tensor, hadamard: torch.Tensor | None) -> tuple[Any, Any]:
     r, c = t.shape
     return (r + (-r) % 16, c) if hadamard is not None else (r, c)
