@@ -29,25 +29,11 @@ from normlab import _backend  # noqa: E402
 from normlab.kernels import operand as kop  # noqa: E402
 from normlab.kernels import operand_jit  # noqa: E402
 from normlab.precision import operands as po  # noqa: E402
-from normlab.precision.recipes import (  # noqa: E402
-    Bf16Recipe,
-    BlockwiseFp8Recipe,
-    Fp8CurrentRecipe,
-    MXRecipe,
-    NVFP4Recipe,
-)
+from normlab.precision.quantizers import Quantizer  # noqa: E402
+from recipe_table import TRAINING, VARIANTS, operand_recipes  # noqa: E402
 
-RECIPES = {
-    "bf16": Bf16Recipe(),
-    "fp8": Fp8CurrentRecipe(),
-    "mx_e4m3": MXRecipe("e4m3"),
-    "mx_fp4_round_up": MXRecipe("fp4_e2m1", scale_rule="round_up"),
-    "mx_int8_fp6_16": MXRecipe("int8", grad_elem="fp6_e3m2", block_size=16),
-    "nvfp4": NVFP4Recipe(),
-    "blockwise_32": BlockwiseFp8Recipe(block_size=32),
-    "blockwise_16_pow2": BlockwiseFp8Recipe(block_size=16, power_of_2_scales=True,
-                                            amax_epsilon=1e-30, fp8_format="HYBRID"),
-}
+RECIPES = operand_recipes({**TRAINING, **{k: VARIANTS[k] for k in (
+    "mx_fp4_round_up", "mx_int8_fp6_16", "blockwise_16_pow2_eps")}})
 SPECS = sorted({(name, role, axis) for name in RECIPES for role in ("x", "w", "dy")
                 for axis in (0, 1)})
 KINDS = ("spread", "hostile")
@@ -85,13 +71,13 @@ def _equal(a: object, b: object) -> bool:
     return a.dtype == b.dtype and np.array_equal(a, b)
 
 
-def _spec(name: str, role: str, axis: int) -> po.OperandSpec:
-    return po.operand_spec(RECIPES[name], role, axis)
+def _spec(name: str, role: str, axis: int) -> Quantizer:
+    return RECIPES[name].quantizer(role, axis)
 
 
-def _mismatches(spec: po.OperandSpec, x: np.ndarray, seed: int | None) -> list[str]:
+def _mismatches(spec: Quantizer, x: np.ndarray, seed: int | None) -> list[str]:
     """Every difference between the kernels and the reference for one input."""
-    scale = np.float32(0.75) if spec.kind == "tensor" else None
+    scale = np.float32(0.75) if spec.takes_scale else None
     out = []
     for order in ("C", "F"):
         got = kop.fake_operand(x, spec, scale, seed, order)
@@ -114,7 +100,7 @@ def _mismatches(spec: po.OperandSpec, x: np.ndarray, seed: int | None) -> list[s
         for part in ("codes", "scales", "tensor_scale"):
             if not _equal(getattr(enc, part), getattr(ref, part)):
                 out.append(f"{order}: {part} differ")
-        if spec.kind in ("round", "tensor") and (order == "F") == (not x.flags.c_contiguous):
+        if spec.axis_free and (order == "F") == (not x.flags.c_contiguous):
             both = kop.fake_encode_operand(x, spec, scale, order)  # the one-pass kernel
             if both is NotImplemented:
                 return [f"{order}: fake_encode_operand not served"]
@@ -153,17 +139,17 @@ def test_odd_groups_equal_the_reference(name, role, axis, layout) -> None:
 
 @pytest.mark.parametrize("layout", ["C", "F"])
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("name", ["blockwise_128", "mx_e4m3", "nvfp4"])
+@pytest.mark.parametrize("name", ["blockwise_128", "mx", "nvfp4"])
 def test_wide_rows_equal_the_reference(name, kind, layout) -> None:
     # 40 x 300: rows of blocks along them run as fixed-length loops of 16, 32 or 128 (two
     # full blocks of 128 and a tail of 44; tails of 12 for 16 and 32); blocks across rows
     # see 300 columns of partial row groups
-    spec_of = {"blockwise_128": BlockwiseFp8Recipe()}
+    spec_of = {"blockwise_128": VARIANTS["blockwise_128"]}
     x = _input(kind, "float32", layout, (40, 300))
     for role in ("x", "w", "dy"):
         for axis in (0, 1):
             recipe = spec_of.get(name)
-            spec = (po.operand_spec(recipe, role, axis) if recipe is not None
+            spec = (recipe.quantizer(role, axis) if recipe is not None
                     else _spec(name, role, axis))
             seed = 2**40 + 3 if name == "nvfp4" and role == "dy" else None
             assert _mismatches(spec, x, seed) == [], (role, axis)
@@ -182,14 +168,14 @@ def test_nvfp4_stochastic_rounding_equals_the_reference(dtype, layout) -> None:
 def test_a_strided_view_is_declined() -> None:
     # neither rows nor columns contiguous: the kernel declines, the reference serves
     x = _input("spread", "float32", "C")[:, ::2]
-    assert kop.fake_operand(x, _spec("mx_e4m3", "x", 1), None, None, "C") is NotImplemented
+    assert kop.fake_operand(x, _spec("mx", "x", 1), None, None, "C") is NotImplemented
 
 
 def test_planted_scale_fault_is_caught(monkeypatch) -> None:
     # the kernel's block amax doubled: MX and blockwise scales change, the test fails
     real = kop._amax
     monkeypatch.setattr(kop, "_amax", lambda xb, ra, rb: real(xb, ra, rb) * np.float32(2))
-    for name in ("mx_e4m3", "blockwise_32", "nvfp4"):
+    for name in ("mx", "blockwise", "nvfp4"):
         spec = _spec(name, "x", 1)
         assert _mismatches(spec, _input("spread", "float32", "C"), None)
 
@@ -213,7 +199,7 @@ def test_planted_one_pass_fault_is_caught(monkeypatch) -> None:
     # the one-pass kernel's values off by one ulp somewhere: its values no longer equal
     # fake_operand's, while its codes still do
     _plant_ulp(monkeypatch, operand_jit.fake_encode_flat, -2, 1 / 3)  # vo
-    spec = _spec("fp8", "x", 1)
+    spec = _spec("current", "x", 1)
     assert _mismatches(spec, _input("spread", "float32", "C"), None) == [
         "C: one-pass values differ"]
 
@@ -222,7 +208,7 @@ def test_planted_decode_fault_is_caught(monkeypatch) -> None:
     # the decode loop's output off by one ulp somewhere: saved codes no longer give the
     # operand back
     _plant_ulp(monkeypatch, operand_jit.decode_blocks, -1, 1 / 2)  # vo
-    spec = _spec("fp8", "x", 0)
+    spec = _spec("current", "x", 0)
     assert _mismatches(spec, _input("spread", "float32", "C"), None) == [
         "C: kernel decode != fake_operand", "F: kernel decode != fake_operand"]
 

@@ -20,7 +20,7 @@ from normlab.precision import block_scales
 from normlab.precision import operands as po
 from normlab.precision import recipe_core as core
 from normlab.precision.namespace import NUMPY
-from normlab.precision.operands import OperandSpec
+from normlab.precision.quantizers import MXQuantizer
 from normlab.precision.recipe_formats import mx_element_format
 
 MX_ELEMENTS = ["e4m3", "e5m2", "fp6_e3m2", "fp6_e2m3", "fp4_e2m1", "int8"]
@@ -81,7 +81,7 @@ def test_the_operand_kernel_uses_the_compiled_rules(monkeypatch) -> None:
     # the operand kernel's MX scales come from `mx_grid`: equal to the reference as it is,
     # different once a fault is planted there
     x = np.random.default_rng(0).standard_normal((8, 64)).astype(np.float32)
-    spec = OperandSpec("mx", mx_element_format("e4m3"), 1, 32)
+    spec = MXQuantizer(mx_element_format("e4m3"), 1, 32)
     with _backend.use_backend("numpy"):
         want = po.encode_operand(x, spec, order="C")
     np.testing.assert_array_equal(kop.encode_operand(x, spec, None, "C").scales, want.scales)

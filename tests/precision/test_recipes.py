@@ -52,9 +52,12 @@ def test_no_recipe_builds_a_delayed_scaling_to_find_a_format(monkeypatch) -> Non
 
 
 def test_delayed_training_recipe_is_a_delayed_scaling() -> None:
+    # one class under two names (Transformer Engine's DelayedScaling and the training recipe)
+    assert recipes.DelayedScaling is recipes.Fp8DelayedRecipe
     r = recipes.Fp8DelayedRecipe(2, 16, "most_recent", "e4m3", "unfused", reduce_amax=False)
-    assert isinstance(r, recipes.DelayedScaling) and r.fp8_format == "E4M3"
-    assert r.delayed_scaling() == recipes.DelayedScaling(2, 16, "most_recent", "E4M3", "unfused")
+    assert r.fp8_format == "E4M3" and r.delayed_scaling() is r
+    assert r == recipes.DelayedScaling(2, 16, "most_recent", "E4M3", "unfused",
+                                       reduce_amax=False)
     meta = P.Fp8Meta(r)  # the layer's state is this meta's
     meta.quantize(np.array([2.0], np.float32))
     meta.update()

@@ -32,6 +32,7 @@ from normlab.precision import (
     Fp8CurrentRecipe,
     Fp8DelayedRecipe,
     Fp8Meta,
+    Fp8RowwiseRecipe,
     MXRecipe,
     NVFP4Recipe,
     blockwise_quantize,
@@ -43,30 +44,14 @@ from normlab.precision import (
 )
 from normlab.torch import QuantLinear
 from normlab.torch._gemm import backward_operands, forward_operands, stream_seed
+from recipe_table import VARIANTS, operand_recipes
 
 M, K, N = 40, 72, 56  # ragged for blocks of 16, 32 and 128
 SLOTS = (("fwd_x", "x", 1), ("fwd_w", "w", 1), ("dgrad_dy", "dy", 1), ("dgrad_w", "w", 0),
          ("wgrad_dy", "dy", 0), ("wgrad_x", "x", 0))
 
-RECIPES = {
-    "bf16": Bf16Recipe(),
-    "fp16": Bf16Recipe("fp16"),
-    "current": Fp8CurrentRecipe(reduce_amax=False),
-    "current_m3_eps_pow2": Fp8CurrentRecipe(margin=3, amax_epsilon=1e-3,
-                                            power_of_2_scales=True, reduce_amax=False),
-    "current_e5m2_m-2": Fp8CurrentRecipe(margin=-2, fp8_format="E5M2", reduce_amax=False),
-    "mx_e4m3_e5m2": MXRecipe("e4m3", grad_elem="e5m2"),
-    "mx_fp4_round_up": MXRecipe("fp4", scale_rule="round_up"),
-    "mx_int8_fp6_16": MXRecipe("int8", grad_elem="fp6_e3m2", block_size=16),
-    "mx_e4m3_round_up": MXRecipe("e4m3", scale_rule="round_up"),
-    "nvfp4": NVFP4Recipe(seed=3),
-    "nvfp4_plain": NVFP4Recipe(two_d_weights=False, stochastic_gradients=False,
-                               hadamard=False),
-    "blockwise_32": BlockwiseFp8Recipe(block_size=32),
-    "blockwise_16_pow2_eps": BlockwiseFp8Recipe(block_size=16, power_of_2_scales=True,
-                                                amax_epsilon=1e-30, fp8_format="HYBRID"),
-    "blockwise_128": BlockwiseFp8Recipe(),
-}
+RECIPES = operand_recipes(VARIANTS)
+"""Every recipe setting of the table but delayed scaling (`delayed_mismatches`)."""
 
 INPUTS = ("spread", "nan_block", "inf_block", "ties", "subnormal", "all_tiny", "near_max")
 
@@ -193,6 +178,8 @@ def _per_slot(recipe, a: np.ndarray, role: str, axis: int, seed: int | None):
         qn, qt = nvfp4_quantize(a, **kw), nt.nvfp4_quantize(t, **kw)
         return {"numpy": (qn.dequantize(), qn.elements), "torch": (qt.dequantize(), qt.elements),
                 "oracle": oracle.nvfp4(a, axis=axis, two_d=two_d, seed=seed)}
+    if isinstance(recipe, Fp8RowwiseRecipe):
+        return _rowwise_slot(recipe, a, t, role, axis)
     assert isinstance(recipe, BlockwiseFp8Recipe)
     k = recipe.block_size
     kw = {"power_of_2_scales": recipe.power_of_2_scales, "amax_epsilon": recipe.amax_epsilon}
@@ -209,6 +196,26 @@ def _per_slot(recipe, a: np.ndarray, role: str, axis: int, seed: int | None):
     back_n = [np.moveaxis(v, -1, axis) for v in (qn.dequantize(), qn.data)]
     back_t = [v.movedim(-1, axis) for v in (qt.dequantize(), qt.data)]
     return {"numpy": tuple(back_n), "torch": tuple(back_t), "oracle": want}
+
+
+def _rowwise_slot(recipe, a: np.ndarray, t, role: str, axis: int):
+    """Row-wise FP8: the public current scaling along the contraction axis (its non-finite
+    slices then NaN, the recipe's rule: the public function keeps Transformer Engine's scale
+    of 1 there), W per tensor in dgrad and x, dy unquantised in wgrad under
+    `grad_weight_high_precision`."""
+    fmt = recipe.format_for("forward")
+    if recipe.grad_weight_high_precision and axis == 0 and role != "w":
+        same = (a.astype(np.float32),) * 2
+        return {"numpy": same, "torch": (t, t), "oracle": same}
+    reduce = None if recipe.grad_weight_high_precision and axis == 0 else axis
+    kw = {"amax_epsilon": 1e-12, "power_of_2_scales": True, "axis": reduce}
+    qn, qt = quantize_current_scaling(a, fmt, **kw), nt.quantize_current_scaling(t, fmt, **kw)
+    bad = ~np.isfinite(a).all(axis=reduce, keepdims=reduce is not None)
+    nan = np.float32(np.nan)
+    numpy = tuple(np.where(bad, nan, v) for v in (qn.dequantize(), qn.data))
+    torch_ = tuple(torch.where(torch.from_numpy(np.broadcast_to(bad, a.shape).copy()),
+                               torch.tensor(nan), v) for v in (qt.dequantize(), qt.data))
+    return {"numpy": numpy, "torch": torch_, "oracle": oracle.rowwise(a, fmt, reduce)}
 
 
 def operand_mismatches(recipe_name: str, kind: str, dtype: str = "float32") -> list[str]:

@@ -213,3 +213,27 @@ def blockwise(x: np.ndarray, fmt: Format, block: tuple[int, int], axis: int, *, 
         s = te_scale(amax_of(x[idx]), fmt.max, eps=eps, pow2=pow2, value_for_inf=value_for_inf)
         data[idx], out[idx] = per_tensor_parts(x[idx].astype(np.float32), fmt, s)
     return out, data
+
+
+def torchao_scale(amax: float, fp8_max: float) -> np.float32:
+    """torchao's rowwise scale, restated: float32(fp8_max / max(amax, 1e-12)) formed in
+    float64, then the largest power of two not above it (an exact floor; torchao's float32
+    log2 can round up a few ulps below a power of two, see test_rowwise_torchao); NaN for
+    an inf or NaN amax (torchao's 0 or NaN scale: the slice dequantises to NaN)."""
+    if math.isnan(amax) or math.isinf(amax):
+        return F32(math.nan)
+    s = F32(fp8_max / max(amax, 1e-12))
+    return F32(2.0 ** math.floor(math.log2(float(s)))) if s != s * 2 else s
+
+
+def rowwise(x: np.ndarray, fmt: Format, axis: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """(dequantised, data) of torchao's axis-wise cast: one scale per slice along `axis`
+    (2-D x), or one for the tensor (`axis` None)."""
+    slices = ([(slice(None), slice(None))] if axis is None else
+              [(slice(r, r + 1), slice(None)) if axis == 1 else (slice(None), slice(r, r + 1))
+               for r in range(x.shape[1 - axis])])
+    out, data = np.empty(x.shape, np.float32), np.empty(x.shape, np.float32)
+    for idx in slices:
+        s = torchao_scale(amax_of(x[idx]), fmt.max)
+        data[idx], out[idx] = per_tensor_parts(x[idx].astype(np.float32), fmt, s)
+    return out, data

@@ -11,6 +11,8 @@ fused one; an MX operand that stays finite for a block holding an infinity).
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -29,8 +31,8 @@ from normlab.precision import (  # noqa: E402
     scales,
 )
 from normlab.precision.namespace import F32_MAX, NUMPY, ArrayNamespace  # noqa: E402
+from normlab.precision.quantizers import Fp8BlockQuantizer, MXQuantizer  # noqa: E402
 from normlab.torch import _gemm, _operand_ops  # noqa: E402
-from normlab.torch import _operands as ops  # noqa: E402
 from normlab.torch import scaling as tscaling  # noqa: E402
 from normlab.torch._fastround import round_elements  # noqa: E402
 from normlab.torch.namespace import TORCH, TorchNamespace  # noqa: E402
@@ -122,7 +124,7 @@ def test_block_amax_of_signed_values(monkeypatch):
         m = xp.max(blocks.tile(xp.work(x), block, xp=xp), axis=(2, 4))
         return xp.reshape(m, blocks.grid_shape(tuple(x.shape), block))
     monkeypatch.setattr(blocks, "block_amax", signed)
-    assert diff.operand_mismatches("blockwise_32", "spread")
+    assert diff.operand_mismatches("blockwise", "spread")
 
 
 def test_padding_with_nonzero_values(monkeypatch):
@@ -227,16 +229,20 @@ def test_layer_records_a_signed_amax(monkeypatch):
     assert diff.delayed_mismatches(FUSED, diff.TRACES["steps"])
 
 
+def _replaced(family, **changes):
+    """A wrapper of `_operand_ops.fake` that changes the fields of one quantizer family."""
+    return lambda f: lambda t, q, **k: f(t, dataclasses.replace(q, **changes)
+                                         if type(q) is family else q, **k)
+
+
 def test_layer_mx_operand_ignores_the_rule(monkeypatch):
-    _wrap(monkeypatch, ops, "mx_blocks",
-          lambda f: lambda t, fmt, axis, k=32, rule="ocp": f(t, fmt, axis, k, "ocp"))
+    _wrap(monkeypatch, _operand_ops, "fake", _replaced(MXQuantizer, rule="ocp"))
     assert diff.operand_mismatches("mx_fp4_round_up", "spread")
 
 
 def test_layer_blockwise_operand_blocks_the_last_axis(monkeypatch):
-    _wrap(monkeypatch, ops, "block_scaled",
-          lambda f: lambda t, fmt, axis, block, **k: f(t, fmt, 1, block, **k))
-    assert diff.operand_mismatches("blockwise_32", "spread")
+    _wrap(monkeypatch, _operand_ops, "fake", _replaced(Fp8BlockQuantizer, axis=1))
+    assert diff.operand_mismatches("blockwise", "spread")
 
 
 def test_layer_hadamard_of_another_seed(monkeypatch):
@@ -318,6 +324,8 @@ def test_old_layer_mx_operand_finite_for_an_infinity(monkeypatch):
         e = torch.where(amax > 0, ex - 1 - fmt.emax, torch.full_like(ex, -127)).clamp(-127, 127)
         q = round_elements(torch.ldexp(b, -e), fmt, saturate=True)
         return torch.ldexp(q, e).reshape(b.shape[0], -1)[:, :n].movedim(-1, axis)
-    monkeypatch.setattr(ops, "mx_blocks", old_mx_blocks)
+    _wrap(monkeypatch, _operand_ops, "fake", lambda f: lambda t, q, **k: (
+        old_mx_blocks(t, q.fmt, q.axis, q.size, q.rule) if type(q) is MXQuantizer
+        else f(t, q, **k)))
     mismatches = diff.operand_mismatches("mx_e4m3_e5m2", "inf_block")
     assert mismatches and all("quantlinear" in m for m in mismatches)

@@ -19,24 +19,12 @@ from torch.utils.checkpoint import checkpoint  # noqa: E402
 
 from normlab.torch import QuantLinear, convert, training_step  # noqa: E402
 from normlab.torch.recipes import (  # noqa: E402
-    Bf16Recipe,
-    BlockwiseFp8Recipe,
-    Fp8CurrentRecipe,
     Fp8DelayedRecipe,
-    MXRecipe,
-    NVFP4Recipe,
 )
 from normlab.torch.recompute import recomputing  # noqa: E402
+from recipe_table import TRAINING, VARIANTS  # noqa: E402
 
-RECIPES = {
-    "bf16": Bf16Recipe(),
-    "delayed": Fp8DelayedRecipe(amax_history_len=8),
-    "delayed-unfused": Fp8DelayedRecipe(amax_history_len=8, update="unfused"),
-    "current": Fp8CurrentRecipe(),
-    "mx": MXRecipe(),
-    "nvfp4": NVFP4Recipe(),
-    "blockwise": BlockwiseFp8Recipe(block_size=32),
-}
+RECIPES = {**TRAINING, "delayed_unfused": VARIANTS["delayed_unfused"]}
 MODES = ["non-reentrant", "reentrant"]
 
 

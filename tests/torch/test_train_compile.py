@@ -12,14 +12,13 @@ torch = pytest.importorskip("torch")
 dynamo = pytest.importorskip("torch._dynamo")
 
 from normlab.torch import QuantLinear  # noqa: E402
-from normlab.torch.recipes import Fp8CurrentRecipe, Fp8DelayedRecipe, MXRecipe  # noqa: E402
+from recipe_table import TRAINING, unreduced  # noqa: E402
 
 # Dynamo instantiates the autograd.Function internally while tracing (a torch-side warning)
 pytestmark = pytest.mark.filterwarnings(
     "ignore:.*should not be instantiated:DeprecationWarning")
 
-RECIPES = {"delayed": Fp8DelayedRecipe(amax_history_len=4, reduce_amax=False),
-           "current": Fp8CurrentRecipe(reduce_amax=False), "mx": MXRecipe()}
+RECIPES = unreduced(TRAINING)
 
 
 def _model(recipe: object) -> torch.nn.Module:

@@ -23,12 +23,8 @@ dynamo = pytest.importorskip("torch._dynamo")
 from normlab.torch import QuantLinear  # noqa: E402
 from normlab.torch.recipes import (  # noqa: E402
     Bf16Recipe,
-    BlockwiseFp8Recipe,
-    Fp8CurrentRecipe,
-    Fp8DelayedRecipe,
-    MXRecipe,
-    NVFP4Recipe,
 )
+from recipe_table import TRAINING, unreduced  # noqa: E402
 
 # torch-side warnings: dynamo instantiates the autograd.Function while tracing, and
 # inductor's first compilation touches torch.jit.script_method
@@ -36,10 +32,7 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:.*should not be instantiated:DeprecationWarning"),
     pytest.mark.filterwarnings("ignore:.*script_method. is deprecated:DeprecationWarning")]
 
-RECIPES = {"bf16": Bf16Recipe(), "delayed": Fp8DelayedRecipe(amax_history_len=4,
-                                                             reduce_amax=False),
-           "current": Fp8CurrentRecipe(reduce_amax=False), "mx": MXRecipe(),
-           "nvfp4": NVFP4Recipe(), "blockwise": BlockwiseFp8Recipe(block_size=32)}
+RECIPES = unreduced(TRAINING)
 STATE = ("amax_history", "scale")
 
 

@@ -20,7 +20,7 @@ from normlab.lab.experiments import EXPERIMENTS  # noqa: E402
 from normlab.lab.experiments import lowp_training as exp  # noqa: E402
 from normlab.lab.result import Settings  # noqa: E402
 from normlab.lab.runner import run_experiments  # noqa: E402
-from normlab.torch import _operands, recipes  # noqa: E402
+from normlab.torch import _operand_ops, recipes  # noqa: E402
 from normlab.torch._fastround import round_elements  # noqa: E402
 
 
@@ -69,10 +69,14 @@ def test_detects_fp8_operands_left_scaled(monkeypatch: pytest.MonkeyPatch) -> No
     # train and the sanity check FAILs (a FAIL, not NOT REPRODUCED and not an ERROR)
     assert "scale_inv not applied" in exp.DETECTS[0]
 
-    def left_scaled(t, fmt, scale):
-        return round_elements(t.to(torch.float32) * scale, fmt, saturate=True)
+    real = _operand_ops.fake
 
-    monkeypatch.setattr(_operands, "per_tensor", left_scaled)
+    def left_scaled(t, q, *, scale=None, **kwargs):
+        if not q.takes_scale:
+            return real(t, q, scale=scale, **kwargs)
+        return round_elements(t.to(torch.float32) * scale, q.fmt, saturate=True)
+
+    monkeypatch.setattr(_operand_ops, "fake", left_scaled)
     outcome = _run(monkeypatch, ("bf16", "fp8_current"))
     assert outcome.status == "fail", outcome.error
     assert not outcome.result.checks[0].passed

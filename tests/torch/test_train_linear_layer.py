@@ -25,21 +25,14 @@ from normlab.torch import (  # noqa: E402
 )
 from normlab.torch.recipes import (  # noqa: E402
     Bf16Recipe,
-    BlockwiseFp8Recipe,
     Fp8CurrentRecipe,
     Fp8DelayedRecipe,
     MXRecipe,
     NVFP4Recipe,
 )
+from recipe_table import TRAINING  # noqa: E402
 
-RECIPES = {
-    "bf16": Bf16Recipe(),
-    "delayed": Fp8DelayedRecipe(amax_history_len=4),
-    "current": Fp8CurrentRecipe(),
-    "mx": MXRecipe(),
-    "nvfp4": NVFP4Recipe(),
-    "blockwise": BlockwiseFp8Recipe(block_size=16),
-}
+RECIPES = TRAINING
 
 
 def _mlp() -> torch.nn.Module:

@@ -18,19 +18,17 @@ torch = pytest.importorskip("torch")
 from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 
 from normlab import _backend  # noqa: E402
-from normlab.precision import operands as po  # noqa: E402
 from normlab.precision.hadamard import rht_matrix  # noqa: E402
+from normlab.precision.quantizers import Quantizer  # noqa: E402
 from normlab.torch import _operand_ops as ops  # noqa: E402
 from normlab.torch.recipes import (  # noqa: E402
-    Bf16Recipe,
-    BlockwiseFp8Recipe,
     Fp8CurrentRecipe,
     MXRecipe,
     NVFP4Recipe,
 )
+from recipe_table import TRAINING, operand_recipes  # noqa: E402
 
-RECIPES = {"bf16": Bf16Recipe(), "current": Fp8CurrentRecipe(), "mx": MXRecipe(),
-           "nvfp4": NVFP4Recipe(), "blockwise": BlockwiseFp8Recipe(block_size=16)}
+RECIPES = operand_recipes(TRAINING)
 CASES = [(name, role, axis) for name in RECIPES for role in ("x", "w", "dy")
          for axis in (0, 1)]
 PATHS = ["kernels", "torch"]
@@ -52,7 +50,7 @@ def _path(monkeypatch: pytest.MonkeyPatch, path: str) -> None:
         pytest.fail("the numba operand kernels are a test dependency (numba installed)")
 
 
-def _real_and_fake(fn, t: torch.Tensor, spec: po.OperandSpec,
+def _real_and_fake(fn, t: torch.Tensor, spec: Quantizer,
                    **kwargs: object) -> tuple[object, object]:
     """`fn(t, spec, **kwargs)` run for real and under fake tensors (as tracing runs it)."""
     real = fn(t, spec, **kwargs)
@@ -70,8 +68,8 @@ def _flat(out: object) -> list[torch.Tensor]:
     return [t for item in out for t in _flat(item)]  # type: ignore[attr-defined]
 
 
-def _scale(spec: po.OperandSpec) -> torch.Tensor | None:
-    return torch.tensor(0.5) if spec.kind == "tensor" else None
+def _scale(spec: Quantizer) -> torch.Tensor | None:
+    return torch.tensor(0.5) if spec.takes_scale else None
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -81,7 +79,7 @@ def _scale(spec: po.OperandSpec) -> torch.Tensor | None:
 def test_fake_and_encode_ops_describe_their_outputs(monkeypatch, path, dtype, layout, name,
                                                       role, axis):
     _path(monkeypatch, path)
-    spec = po.operand_spec(RECIPES[name], role, axis)
+    spec = RECIPES[name].quantizer(role, axis)
     t = _input(layout, dtype)
     for fn in (ops.fake, ops.encode):
         real, fake = _real_and_fake(fn, t, spec, scale=_scale(spec))
@@ -93,7 +91,7 @@ def test_fake_and_encode_ops_describe_their_outputs(monkeypatch, path, dtype, la
 @pytest.mark.parametrize("rows", [48, 40])  # 40: padded to 48 by the transform
 def test_hadamard_operands_are_rows_first_as_their_fakes_say(monkeypatch, path, layout, rows):
     _path(monkeypatch, path)
-    spec = po.operand_spec(NVFP4Recipe(), "dy", 0)
+    spec = NVFP4Recipe().quantizer("dy", 0)
     t = _input(layout, torch.float32)[:rows]
     h = torch.as_tensor(rht_matrix(16, 7), dtype=torch.float32)
     real, fake = _real_and_fake(ops.fake, t, spec, step=torch.tensor(3), stream=1, which=1,
@@ -107,7 +105,7 @@ def test_hadamard_operands_are_rows_first_as_their_fakes_say(monkeypatch, path, 
 @pytest.mark.parametrize("name", ["bf16", "current"])
 @pytest.mark.parametrize("layout", ["C", "F"])
 def test_one_pass_op_describes_its_outputs(name, layout):
-    spec = po.operand_spec(RECIPES[name], "x", 0)
+    spec = RECIPES[name].quantizer("x", 0)
     t = _input(layout, torch.bfloat16)
     real, fake = _real_and_fake(ops.fake_encode, t, spec, scale=_scale(spec))
     assert [_meta(p) for p in _flat(fake)] == [_meta(p) for p in _flat(real)]
@@ -115,9 +113,9 @@ def test_one_pass_op_describes_its_outputs(name, layout):
 
 @pytest.mark.parametrize("device,expected", [("cpu", "C"), ("meta", "F")])
 def test_axis0_blocks_are_columns_first_off_the_cpu_only(device, expected):
-    spec = po.operand_spec(MXRecipe(), "dy", 0)
+    spec = MXRecipe().quantizer("dy", 0)
     assert ops.order_of(spec, True, torch.device(device)) == expected
     assert ops.order_of(spec, False, torch.device(device)) == "F"
     # per-tensor and tiled kinds follow the input everywhere
-    tensor = po.operand_spec(Fp8CurrentRecipe(), "dy", 0)
+    tensor = Fp8CurrentRecipe().quantizer("dy", 0)
     assert ops.order_of(tensor, True, torch.device(device)) == "C"

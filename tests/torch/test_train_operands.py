@@ -21,7 +21,12 @@ from normlab.precision import (  # noqa: E402
     quantize_current_scaling,
 )
 from normlab.precision.hadamard import rht_matrix  # noqa: E402
-from normlab.torch import _operands as ops  # noqa: E402
+from normlab.precision.quantizers import (  # noqa: E402
+    Fp8BlockQuantizer,
+    Fp8TensorQuantizer,
+    MXQuantizer,
+)
+from normlab.torch import _operand_ops as ops  # noqa: E402
 from normlab.torch._fastround import round_elements  # noqa: E402
 from normlab.torch._operand_ops import hadamard_rows  # noqa: E402
 
@@ -61,7 +66,7 @@ def test_mx_blocks_equal_numpy_mx(elem: str, axis: int, rng) -> None:
     x = (rng.standard_normal((64, 96)) * np.exp(rng.uniform(-8, 8, (64, 1)))).astype(np.float32)
     x[3, :] = 0.0  # zero blocks
     want = mx_dequantize(mx_quantize(x, elem, block_size=32, axis=axis))
-    got = ops.mx_blocks(torch.from_numpy(x), get_format(elem), axis, 32).numpy()
+    got = ops.fake(torch.from_numpy(x), MXQuantizer(get_format(elem), axis, 32)).numpy()
     np.testing.assert_array_equal(got, want)
 
 
@@ -70,14 +75,15 @@ def test_per_tensor_equals_current_scaling(fmt_name: str, rng) -> None:
     x = (rng.standard_normal((48, 40)) * 1e-3).astype(np.float32)
     t = quantize_current_scaling(x, fmt_name, margin=1)
     fmt = get_format(fmt_name)
-    got = ops.per_tensor(torch.from_numpy(x), fmt, torch.tensor(t.scale)).numpy()
+    got = ops.fake(torch.from_numpy(x), Fp8TensorQuantizer(fmt),
+                   scale=torch.tensor(t.scale)).numpy()
     np.testing.assert_array_equal(got, t.dequantize())
 
 
 def test_block_scaled_one_by_k_is_per_row_current_scaling(rng) -> None:
     # a 1x16 tile with a float32 scale is current scaling of that tile (DeepSeek's rule)
     x = rng.standard_normal((8, 32)).astype(np.float32) * np.float32(3.0)
-    got = ops.block_scaled(torch.from_numpy(x), get_format("e4m3"), 1, (1, 16)).numpy()
+    got = ops.fake(torch.from_numpy(x), Fp8BlockQuantizer(get_format("e4m3"), 1, 16)).numpy()
     want = np.concatenate([quantize_current_scaling(x[r, c:c + 16], "e4m3").dequantize()
                            for r in range(8) for c in (0, 16)]).reshape(8, 32)
     np.testing.assert_allclose(got, want, rtol=0, atol=0)

@@ -89,7 +89,7 @@ def test_saved_bytes_are_codes_plus_scales(name: str) -> None:
 def _reference_saved(layer: QuantLinear, x: torch.Tensor) -> _gemm.SavedOperand:
     """The old saved operand: q(x)_M as float32 values, from the reference functions."""
     r = layer.recipe
-    spec = po.operand_spec(r, "x", 0)
+    spec = r.quantizer("x", 0)
     scale = layer.scale[0].clone() if layer.scale is not None else None
     src = x.to(torch.float32)
     if isinstance(r, NVFP4Recipe) and r.hadamard:

@@ -70,6 +70,40 @@ def _delayed(recipe: Any, x: np.ndarray, w: np.ndarray) -> list[tuple[np.ndarray
     return [first, second]
 
 
+_Operand = Callable[[Any, np.ndarray, bool], np.ndarray]
+
+
+def _bf16(r: Any, t: np.ndarray, weight: bool) -> np.ndarray:
+    return p.quantize(t, r.fmt)
+
+
+def _current(r: Any, t: np.ndarray, weight: bool) -> np.ndarray:
+    return p.quantize_current_scaling(t, r.format_for("forward"), margin=r.margin).dequantize()
+
+
+def _mx(r: Any, t: np.ndarray, weight: bool) -> np.ndarray:
+    return p.mx_quantize(t, r.format_for("forward"), block_size=r.block_size,
+                         pad=True).dequantize()
+
+
+def _nvfp4(r: Any, t: np.ndarray, weight: bool) -> np.ndarray:
+    tiles = (16, 16) if weight and r.two_d_weights else None
+    return p.nvfp4_quantize(t, block_shape=tiles).dequantize()
+
+
+def _blockwise(r: Any, t: np.ndarray, weight: bool) -> np.ndarray:
+    k = r.block_size
+    return p.blockwise_quantize(t, r.format_for("forward"),
+                                block_shape=(k, k) if weight else (1, k)).dequantize()
+
+
+_REFERENCES: dict[type, _Operand] = {
+    nt.Bf16Recipe: _bf16, nt.Fp8CurrentRecipe: _current, nt.MXRecipe: _mx,
+    nt.NVFP4Recipe: _nvfp4, nt.BlockwiseFp8Recipe: _blockwise}
+"""The check's oracle: each recipe's forward operands by its public NumPy function, written
+apart from the quantizers the layer runs (delayed scaling: `_delayed`)."""
+
+
 def reference_operands(recipe: Any, x: np.ndarray, w: np.ndarray
                        ) -> list[tuple[np.ndarray, np.ndarray]]:
     """The forward GEMM's dequantised operands by the NumPy recipe functions.
@@ -91,34 +125,14 @@ def reference_operands(recipe: Any, x: np.ndarray, w: np.ndarray
     Raises
     ------
     TypeError
-        If `recipe` is not one of the six training recipes.
+        If `recipe` is not a training recipe the check knows.
     """
-    if isinstance(recipe, nt.Fp8DelayedRecipe):
+    if nt.recipes.check_recipe(recipe).delayed:
         return _delayed(recipe, x, w)  # type: ignore[return-value]
-    fmt = p.get_format(recipe.fmt) if isinstance(recipe, nt.Bf16Recipe) else \
-        recipe.format_for("forward")
-    ops: Callable[[np.ndarray, bool], np.ndarray]
-    if isinstance(recipe, nt.Bf16Recipe):
-        def ops(t: np.ndarray, weight: bool) -> np.ndarray:
-            return p.quantize(t, fmt)
-    elif isinstance(recipe, nt.Fp8CurrentRecipe):
-        def ops(t: np.ndarray, weight: bool) -> np.ndarray:
-            return p.quantize_current_scaling(t, fmt, margin=recipe.margin).dequantize()
-    elif isinstance(recipe, nt.MXRecipe):
-        def ops(t: np.ndarray, weight: bool) -> np.ndarray:
-            return p.mx_quantize(t, fmt, block_size=recipe.block_size, pad=True).dequantize()
-    elif isinstance(recipe, nt.NVFP4Recipe):
-        def ops(t: np.ndarray, weight: bool) -> np.ndarray:
-            tiles = (16, 16) if weight and recipe.two_d_weights else None
-            return p.nvfp4_quantize(t, block_shape=tiles).dequantize()
-    elif isinstance(recipe, nt.BlockwiseFp8Recipe):
-        def ops(t: np.ndarray, weight: bool) -> np.ndarray:
-            k = recipe.block_size
-            return p.blockwise_quantize(t, fmt, block_shape=(k, k) if weight else (1, k)
-                                        ).dequantize()
-    else:
-        raise TypeError(f"recipe must be a normlab.torch training recipe; got {recipe!r}")
-    return [(ops(x, False), ops(w, True))]
+    ops = _REFERENCES.get(type(recipe))
+    if ops is None:
+        raise TypeError(f"the training check has no reference for {recipe!r}")
+    return [(ops(recipe, x, False), ops(recipe, w, True))]
 
 
 def forward_error(y: torch.Tensor, qx: np.ndarray, qw: np.ndarray, b: np.ndarray

@@ -21,6 +21,7 @@ stripe; nothing is padded or copied, and a transposed operand is read as it lies
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import ml_dtypes
@@ -35,7 +36,14 @@ from normlab.precision.formats import FLOAT8_E4M3FN, Format, NanConvention
 from normlab.precision.modes import RoundingMode
 from normlab.precision.namespace import F32_MAX, NUMPY
 from normlab.precision.operand_codes import Encoded, code_tables, stores_codes
-from normlab.precision.operands import OperandSpec
+from normlab.precision.quantizers import (
+    Fp8BlockQuantizer,
+    Fp8TensorQuantizer,
+    MXQuantizer,
+    NVFP4Quantizer,
+    Quantizer,
+    RoundQuantizer,
+)
 
 __all__: list[str] = []
 
@@ -102,56 +110,101 @@ def _amax(xb: np.ndarray, ra: int, rb: int) -> np.ndarray:
     return out.view(np.float32)
 
 
+def _memory_block(q: Quantizer, dims: tuple[int, int], transposed: bool) -> tuple[int, int]:
+    """One block of `q` in memory (A, B) terms: the whole array for a quantizer without
+    blocks, the logical block (transposed when the array is), a 0 (a block spanning its
+    axis) made that axis' length."""
+    r, c = q.block
+    if (r, c) == (0, 0):
+        return dims
+    ra, rb = (c, r) if transposed else (r, c)
+    return (ra or dims[0], rb or dims[1])
+
+
 def _grid(a: np.ndarray) -> np.ndarray:
     return np.asarray(a, dtype=np.float32).reshape(a.shape if a.ndim == 2 else (1, 1)).copy()
 
 
-def _factors(xb: np.ndarray, block: tuple[int, int], spec: OperandSpec,
-             scale: Any) -> tuple[np.ndarray, np.ndarray, np.float32, Any, Any]:
+_Factors = tuple[np.ndarray, np.ndarray, np.float32, Any, Any]
+
+
+@functools.singledispatch
+def _factors(q: Quantizer, xb: np.ndarray, block: tuple[int, int],
+             scale: Any) -> _Factors | None:
     """(mul, d1, d2, scales, tensor_scale) on the memory grid; `scales` as the reference
-    keeps them (before orientation)."""
+    keeps them (before orientation). One registration per quantizer family; a family
+    without one is declined (None), and its reference serves."""
+    return None
+
+
+@_factors.register
+def _(q: RoundQuantizer, xb: np.ndarray, block: tuple[int, int], scale: Any) -> _Factors:
     one = np.ones((1, 1), np.float32)
-    if spec.kind == "round":
-        return one, one, np.float32(1.0), None, None
-    if spec.kind == "tensor":
-        s = np.asarray(scale, np.float32)
-        inv = np.float32(1.0) / s
-        return _grid(s), _grid(inv), np.float32(1.0), inv, None
+    return one, one, np.float32(1.0), None, None
+
+
+@_factors.register
+def _(q: Fp8TensorQuantizer, xb: np.ndarray, block: tuple[int, int], scale: Any) -> _Factors:
+    s = np.asarray(scale, np.float32)
+    inv = np.float32(1.0) / s
+    return _grid(s), _grid(inv), np.float32(1.0), inv, None
+
+
+@_factors.register
+def _(q: MXQuantizer, xb: np.ndarray, block: tuple[int, int], scale: Any) -> _Factors:
     amax = _amax(xb, *block)
     with NUMPY.quiet():
-        if spec.kind == "mx":
-            mul, d1 = np.empty_like(amax), np.empty_like(amax)
-            codes = np.empty(amax.shape, np.uint8)
-            launch(scale_grid_jit.mx_grid, amax.size, amax, spec.fmt.emax,
-                   spec.rule == "round_up", np.float32(1.0 / spec.fmt.max), mul, d1, codes)
-            return mul, d1, np.float32(1.0), codes, None
-        if spec.kind == "nvfp4":
-            # the tensor-level factors of `block_scales.nvfp4_scales`, then its per-block
-            # steps compiled (`scale_grid_jit.nvfp4_grid`); the tensor amax is the grid's
-            # max (non-negative; NaN wins, as in tensor_amax)
-            s_mul, s_dec = (np.float32(f) for f in block_scales.nvfp4_tensor_factors(
-                np.float32(amax.max()), xp=NUMPY))
-            e_b, s_b = np.empty_like(amax), np.empty_like(amax)
-            launch(scale_grid_jit.nvfp4_grid, amax.size, amax, s_mul, s_dec, *_E4M3_SAT,
-                   F32_MAX, e_b, s_b)
-            return e_b, s_b, s_dec, s_b, s_dec
-        s = block_scales.blockwise_scales(amax, spec.fmt, epsilon=spec.epsilon,
-                                          power_of_2_scales=spec.pow2,
-                                          value_for_inf=F32_MAX, xp=NUMPY)
+        mul, d1 = np.empty_like(amax), np.empty_like(amax)
+        codes = np.empty(amax.shape, np.uint8)
+        launch(scale_grid_jit.mx_grid, amax.size, amax, q.fmt.emax, q.rule == "round_up",
+               np.float32(1.0 / q.fmt.max), mul, d1, codes)
+        return mul, d1, np.float32(1.0), codes, None
+
+
+@_factors.register
+def _(q: NVFP4Quantizer, xb: np.ndarray, block: tuple[int, int], scale: Any) -> _Factors:
+    amax = _amax(xb, *block)
+    with NUMPY.quiet():
+        # the tensor-level factors of `block_scales.nvfp4_scales`, then its per-block
+        # steps compiled (`scale_grid_jit.nvfp4_grid`); the tensor amax is the grid's
+        # max (non-negative; NaN wins, as in tensor_amax)
+        s_mul, s_dec = (np.float32(f) for f in block_scales.nvfp4_tensor_factors(
+            np.float32(amax.max()), xp=NUMPY))
+        e_b, s_b = np.empty_like(amax), np.empty_like(amax)
+        launch(scale_grid_jit.nvfp4_grid, amax.size, amax, s_mul, s_dec, *_E4M3_SAT,
+               F32_MAX, e_b, s_b)
+        return e_b, s_b, s_dec, s_b, s_dec
+
+
+@_factors.register
+def _(q: Fp8BlockQuantizer, xb: np.ndarray, block: tuple[int, int], scale: Any) -> _Factors:
+    amax = _amax(xb, *block)
+    with NUMPY.quiet():
+        s = block_scales.blockwise_scales(amax, q.fmt, epsilon=q.epsilon,
+                                          power_of_2_scales=q.pow2, value_for_inf=F32_MAX,
+                                          nonfinite_nan=q.nonfinite_nan, xp=NUMPY)
         inv = np.float32(1.0) / s
         return _grid(s), _grid(inv), np.float32(1.0), inv, None
 
 
-def _logical_scales(scales: Any, spec: OperandSpec, transposed: bool) -> Any:
-    """Memory-grid scales in the reference's layout: the logical grid (blockwise 1-D tiles
-    along axis 0: the grid of the transposed operand), E4M3 codes for NVFP4."""
+@functools.singledispatch
+def _stored(q: Quantizer, grid: np.ndarray) -> np.ndarray:
+    """The scales as the reference stores them: the grid itself (float32 or codes)..."""
+    return grid
+
+
+@_stored.register
+def _(q: NVFP4Quantizer, grid: np.ndarray) -> np.ndarray:
+    return _e4m3_codes(grid)  # ... E4M3 codes of NVFP4's block scales
+
+
+def _logical_scales(scales: Any, q: Quantizer, transposed: bool) -> Any:
+    """Memory-grid scales in the reference's layout: the logical grid (a quantizer whose
+    `scales_transposed`: the grid of the transposed operand), as stored."""
     if scales is None or np.ndim(scales) == 0:
         return scales
-    flip = transposed != (spec.kind == "block" and not spec.tile and spec.axis == 0)
-    out = np.ascontiguousarray(scales.T if flip else scales)
-    if spec.kind == "nvfp4":
-        out = _e4m3_codes(out)
-    return out
+    flip = transposed != q.scales_transposed
+    return _stored(q, np.ascontiguousarray(scales.T if flip else scales))
 
 
 def _e4m3_codes(v: np.ndarray) -> np.ndarray:
@@ -165,21 +218,23 @@ def _e4m3_codes(v: np.ndarray) -> np.ndarray:
     return co
 
 
-def _run(x: Any, spec: OperandSpec, scale: Any, seed: int | None, order: str,
+def _run(x: Any, q: Quantizer, scale: Any, seed: int | None, order: str,
          values: bool, codes: bool) -> tuple[np.ndarray, np.ndarray, Any, Any] | None:
     """The encode pass: (values, codes, scales, tensor_scale), or None to decline."""
     phys = _physical(x)
-    if phys is None or not _serves(spec.fmt) or (seed is not None and spec.kind != "nvfp4"):
+    if phys is None or not _serves(q.fmt) or (seed is not None and not q.stochastic):
         return None
     xb, transposed = phys
     A, B = xb.shape
-    r, c = spec.block
-    block = (A, B) if (r, c) == (0, 0) else ((c, r) if transposed else (r, c))
-    mul, d1, d2, scales, tensor_scale = _factors(xb, block, spec, scale)
+    block = _memory_block(q, (A, B), transposed)
+    factors = _factors(q, xb, block, scale)
+    if factors is None:
+        return None
+    mul, d1, d2, scales, tensor_scale = factors
     flip = transposed != (order == "F")
     stored = (B, A) if flip else (A, B)
-    fmt = spec.fmt
-    params = round_params(fmt, RoundingMode.NEAREST, spec.kind != "round", _F32)
+    fmt = q.fmt
+    params = round_params(fmt, RoundingMode.NEAREST, q.saturates, _F32)
     if values and codes:  # one scale, no blocks, stored as it lies: both in one pass
         vo = np.empty(stored, np.float32)
         co = np.empty(stored, np.uint8 if fmt.bits <= 8 else np.int16)
@@ -193,44 +248,43 @@ def _run(x: Any, spec: OperandSpec, scale: Any, seed: int | None, order: str,
                np.uint64(0 if seed is None else seed % 2**64), wa, wb, flip, vo)
         co = _EMPTY_U8
     else:
-        packed = spec.kind == "nvfp4"
+        packed = q.packed
         cshape = (stored[0], -(-stored[1] // 2)) if packed else stored
         co = np.zeros(cshape, np.uint8 if fmt.bits <= 8 else np.int16)
         launch(operand_jit.encode_blocks, xb.size, xb, block[0], block[1], mul, d1,
                *_nearest_args(params), *_code_args(fmt), flip, packed, co)
         vo = _EMPTY_F
     out_v = vo if order == "C" else vo.T
-    kept = _logical_scales(scales, spec, transposed) if codes else None
+    kept = _logical_scales(scales, q, transposed) if codes else None
     return out_v, co, kept, tensor_scale
 
 
-def fake_operand(x: Any, spec: OperandSpec, scale: Any, seed: int | None, order: str) -> Any:
+def fake_operand(x: Any, q: Quantizer, scale: Any, seed: int | None, order: str) -> Any:
     """Kernel of the reference `fake_operand`."""
-    done = _run(x, spec, scale, seed, order, values=True, codes=False)
+    done = _run(x, q, scale, seed, order, values=True, codes=False)
     return NotImplemented if done is None else done[0]
 
 
-def fake_encode_operand(x: Any, spec: OperandSpec, scale: Any, order: str) -> Any:
-    """Kernel of the reference `fake_encode_operand` (elementwise and per-tensor kinds, the
-    result stored as the input lies; the rest declines: their reference runs the two
-    kernels)."""
+def fake_encode_operand(x: Any, q: Quantizer, scale: Any, order: str) -> Any:
+    """Kernel of the reference `fake_encode_operand` (quantizers without blocks, the result
+    stored as the input lies; the rest declines: their reference runs the two kernels)."""
     phys = _physical(x)
-    if spec.kind not in ("round", "tensor") or phys is None or phys[1] != (order == "F"):
+    if not q.axis_free or phys is None or phys[1] != (order == "F"):
         return NotImplemented
-    done = _run(x, spec, scale, None, order, values=True, codes=True)
+    done = _run(x, q, scale, None, order, values=True, codes=True)
     if done is None:
         return NotImplemented
     vo, co, scales, tensor_scale = done
     return vo, Encoded(co, scales, tensor_scale)
 
 
-def encode_operand(x: Any, spec: OperandSpec, scale: Any, order: str) -> Any:
+def encode_operand(x: Any, q: Quantizer, scale: Any, order: str) -> Any:
     """Kernel of the reference `encode_operand`."""
-    done = _run(x, spec, scale, None, order, values=False, codes=True)
+    done = _run(x, q, scale, None, order, values=False, codes=True)
     if done is None:
         return NotImplemented
     _, co, scales, tensor_scale = done
-    return Encoded(co, scales, tensor_scale)
+    return q.encoded(co, scales, tensor_scale)
 
 
 def tensor_amax(x: Any) -> Any:
@@ -246,33 +300,58 @@ def tensor_amax(x: Any) -> Any:
     return np.float32(np.nan) if top != top else np.float32(top)
 
 
-def decode_operand(enc: Encoded, spec: OperandSpec, shape: tuple[int, int], order: str) -> Any:
+@functools.singledispatch
+def _decode_grid(q: Quantizer, enc: Encoded) -> tuple[np.ndarray | None, np.float32] | None:
+    """(the logical grid of float32 factors or None for one of 1, d2) of `enc`'s scales;
+    None (declined) for a family without a registration."""
+    return None
+
+
+@_decode_grid.register
+def _(q: RoundQuantizer, enc: Encoded) -> tuple[np.ndarray | None, np.float32]:
+    return None, np.float32(1.0)
+
+
+@_decode_grid.register
+def _(q: Fp8TensorQuantizer, enc: Encoded) -> tuple[np.ndarray | None, np.float32]:
+    return np.asarray(enc.scales), np.float32(1.0)
+
+
+@_decode_grid.register
+def _(q: Fp8BlockQuantizer, enc: Encoded) -> tuple[np.ndarray | None, np.float32]:
+    return (enc.scales.T if q.scales_transposed else enc.scales), np.float32(1.0)
+
+
+@_decode_grid.register
+def _(q: MXQuantizer, enc: Encoded) -> tuple[np.ndarray | None, np.float32]:
+    return core.e8m0_values(enc.scales, xp=NUMPY), np.float32(1.0)
+
+
+@_decode_grid.register
+def _(q: NVFP4Quantizer, enc: Encoded) -> tuple[np.ndarray | None, np.float32]:
+    return code_tables(FLOAT8_E4M3FN).values[enc.scales], np.float32(enc.tensor_scale)
+
+
+def decode_operand(enc: Encoded, q: Quantizer, shape: tuple[int, int], order: str) -> Any:
     """Kernel of the reference `decode_operand`."""
     co = enc.codes
     if (not isinstance(co, np.ndarray) or co.ndim != 2 or not co.flags.c_contiguous
-            or not _serves(spec.fmt)):
+            or not _serves(q.fmt)):
         return NotImplemented
     R, C = shape
     stored = (C, R) if order == "F" else (R, C)
-    r, c = spec.block
-    block = stored if (r, c) == (0, 0) else ((c, r) if order == "F" else (r, c))
-    one = np.ones((1, 1), np.float32)
-    d2 = np.float32(1.0)
-    if spec.kind == "round":
-        d1 = one
-    elif spec.kind == "tensor":
-        d1 = _grid(np.asarray(enc.scales))
+    block = _memory_block(q, stored, order == "F")
+    grid = _decode_grid(q, enc)
+    if grid is None:
+        return NotImplemented
+    logical, d2 = grid
+    if logical is None:
+        d1 = np.ones((1, 1), np.float32)
+    elif logical.ndim == 0:
+        d1 = _grid(logical)
     else:
-        if spec.kind == "mx":
-            grid = core.e8m0_values(enc.scales, xp=NUMPY)
-        elif spec.kind == "nvfp4":
-            grid = code_tables(FLOAT8_E4M3FN).values[enc.scales]
-            d2 = np.float32(enc.tensor_scale)
-        else:
-            grid = enc.scales
-        logical = grid.T if (spec.kind == "block" and not spec.tile and spec.axis == 0) else grid
         d1 = _grid(logical.T if order == "F" else logical)
     vo = np.empty(stored, np.float32)
     launch(operand_jit.decode_blocks, vo.size, co, block[0], block[1],
-           code_tables(spec.fmt).values, d1, d2, spec.kind == "nvfp4", vo)
+           code_tables(q.fmt).values, d1, d2, q.packed, vo)
     return vo if order == "C" else vo.T

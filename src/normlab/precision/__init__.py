@@ -71,6 +71,7 @@ from normlab.precision.recipes import (
     DelayedScaling,
     Fp8CurrentRecipe,
     Fp8DelayedRecipe,
+    Fp8RowwiseRecipe,
     MXRecipe,
     NVFP4Recipe,
 )
@@ -101,6 +102,7 @@ __all__ = [
     "Fp8CurrentRecipe",
     "Fp8DelayedRecipe",
     "Fp8Meta",
+    "Fp8RowwiseRecipe",
     "Fp8Tensor",
     "LowPrecisionUpdater",
     "MXRecipe",

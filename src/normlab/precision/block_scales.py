@@ -152,7 +152,7 @@ def nvfp4_tensor_factors(amax_tensor: Any, *, xp: ArrayNamespace) -> tuple[Any, 
 
 def blockwise_scales(amax: Any, fmt: Format, *, epsilon: float = 0.0,
                      power_of_2_scales: bool = False, value_for_inf: float = F32_MAX,
-                     xp: ArrayNamespace | None = None) -> Any:
+                     nonfinite_nan: bool = False, xp: ArrayNamespace | None = None) -> Any:
     """Blockwise FP8's float32 scale per block (module header).
 
     Parameters
@@ -167,13 +167,18 @@ def blockwise_scales(amax: Any, fmt: Format, *, epsilon: float = 0.0,
         Round each scale down to a power of two. Default False.
     value_for_inf : float, optional
         The scale where the quotient overflows: the input dtype's largest value.
+    nonfinite_nan : bool, optional
+        A block whose amax is inf or NaN gets a NaN scale, so its values become NaN
+        (torchao's rowwise cast), instead of 1 (saturating, Transformer Engine's). Default
+        False.
     xp : ArrayNamespace, optional
         The namespace (default: inferred).
 
     Returns
     -------
     scales : array of float32
-        `amax`'s shape; 1 for blocks whose amax is 0, inf or NaN.
+        `amax`'s shape; 1 for blocks whose amax is 0 (with `epsilon` 0), inf or NaN (NaN
+        for the last two with `nonfinite_nan`).
 
     Examples
     --------
@@ -181,6 +186,8 @@ def blockwise_scales(amax: Any, fmt: Format, *, epsilon: float = 0.0,
     >>> blockwise_scales(np.float32([4.0, 0.0]), get_format("e4m3")).tolist()
     [112.0, 1.0]
     """
+    xp = namespace_of(amax) if xp is None else xp
+    previous = xp.scalar(float("nan"), amax) if nonfinite_nan else None
     return scales.scale_from_amax(amax, fmt.max, epsilon=epsilon,
-                                  power_of_2_scales=power_of_2_scales,
+                                  power_of_2_scales=power_of_2_scales, previous=previous,
                                   value_for_inf=value_for_inf, xp=xp)

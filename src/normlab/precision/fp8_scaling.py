@@ -102,9 +102,10 @@ class Fp8Tensor:
     ----------
     data : numpy.ndarray or torch.Tensor
         float32 values of `fmt`, the input's shape.
-    scale : float or torch.Tensor
-        The float32 scale `data` was formed with.
-    scale_inv : float or torch.Tensor
+    scale : float, numpy.ndarray or torch.Tensor
+        The float32 scale `data` was formed with (one per slice for axis-wise current
+        scaling: the input's shape with size 1 along the axis).
+    scale_inv : float, numpy.ndarray or torch.Tensor
         `float32(1 / scale)`.
     fmt : Format
         E4M3 or E5M2 (or any format).
@@ -164,18 +165,23 @@ def fp8_quantize(x: Any, fmt: Format | str, scale: float) -> Fp8Tensor:
 def _fp8_tensor(arr: np.ndarray, fmt: Format, scale: Any) -> Fp8Tensor:
     data, inv = core.per_tensor_quantize(arr, fmt, scale, xp=NUMPY)
     amax = float(core.tensor_amax(arr, xp=NUMPY))
+    if np.ndim(scale):  # axis-wise: one scale per slice
+        return Fp8Tensor(data, scale, inv, fmt, amax)
     return Fp8Tensor(data, float(scale), float(inv), fmt, amax)
 
 
 def quantize_current_scaling(x: Any, fmt: Format | str = "e4m3", *, margin: int = 0,
-                             amax_epsilon: float = 0.0,
-                             power_of_2_scales: bool = False) -> Fp8Tensor:
-    r"""Per-tensor current scaling: the scale comes from this tensor's own amax.
+                             amax_epsilon: float = 0.0, power_of_2_scales: bool = False,
+                             axis: int | None = None) -> Fp8Tensor:
+    r"""Current scaling: the scale comes from this tensor's own amax (or each slice's).
 
     $a = \max(\mathrm{amax}(x), \epsilon)$,
     $s = m_{fp8} \cdot 2^{-\mathrm{margin}} / a$ (1 when $a$ is 0, inf or NaN), rounded
     down to a power of two with `power_of_2_scales` (TE `Float8CurrentScaling`; see the
-    module header).
+    module header). With `axis`, the amax and the scale are per slice along that axis
+    (torchao's axiswise granularity: `axis=-1` scales each row; with `amax_epsilon=1e-12`
+    and `power_of_2_scales=True` its rowwise recipes' operands, but for a slice holding an
+    inf or a NaN, whose scale is 1 here and 0 or NaN there).
 
     Parameters
     ----------
@@ -189,18 +195,22 @@ def quantize_current_scaling(x: Any, fmt: Format | str = "e4m3", *, margin: int 
         Lower bound $\epsilon \ge 0$ on the amax. Default 0.
     power_of_2_scales : bool, optional
         Default False.
+    axis : int or None, optional
+        Reduce the amax along this axis only, kept as a size-1 dimension of the scale;
+        None (default): one scale for the tensor.
 
     Returns
     -------
     t : Fp8Tensor
-        The data, scales and amax.
+        The data, scales and amax (`scale` and `scale_inv` arrays of x's shape with size
+        1 along `axis` when it is given).
 
     Raises
     ------
     TypeError
         Non-float `x`, a non-int margin, a non-bool flag.
     ValueError
-        A negative or non-finite `amax_epsilon`, an unknown format.
+        A negative or non-finite `amax_epsilon`, an unknown format, an axis out of range.
 
     Examples
     --------
@@ -209,17 +219,29 @@ def quantize_current_scaling(x: Any, fmt: Format | str = "e4m3", *, margin: int 
     (224.0, [112.0, -448.0])
     >>> quantize_current_scaling(np.array([3.0], np.float32), power_of_2_scales=True).scale
     128.0
+    >>> rows = quantize_current_scaling(np.float32([[1.0, -2.0], [0.25, 0.5]]), axis=-1)
+    >>> rows.scale.tolist()
+    [[224.0], [896.0]]
     """
     arr = as_float_array(x, "x")
     f = get_format(fmt)
     return _fp8_tensor(arr, f, current_scale_of(arr, f, margin, amax_epsilon, power_of_2_scales,
-                                                xp=NUMPY))
+                                                axis=axis, xp=NUMPY))
 
 
 def current_scale_of(x: Any, fmt: Format, margin: Any, amax_epsilon: Any,
-                     power_of_2_scales: Any, *, xp: ArrayNamespace) -> Any:
+                     power_of_2_scales: Any, *, axis: Any = None,
+                     xp: ArrayNamespace) -> Any:
     """The checks of [quantize_current_scaling][normlab.precision.quantize_current_scaling],
-    shared with its torch twin, then the current scale of `x` (an array of `xp`)."""
+    shared with its torch twin, then the current scale of `x` (an array of `xp`; per slice
+    along `axis` when it is given)."""
+    if axis is not None:
+        ndim = len(x.shape)
+        a = check_int(axis, "axis")
+        if not -ndim <= a < ndim:
+            raise ValueError(f"axis must lie in [{-ndim}, {ndim}) for an input of "
+                             f"{ndim} dimensions; got {axis!r}")
+        axis = a % ndim
     m = check_int(margin, "margin")
     eps = check_finite_real(amax_epsilon, "amax_epsilon")
     if eps < 0:
@@ -227,7 +249,7 @@ def current_scale_of(x: Any, fmt: Format, margin: Any, amax_epsilon: Any,
     if not isinstance(power_of_2_scales, (bool, np.bool_)):
         raise TypeError(f"power_of_2_scales must be a bool; got {power_of_2_scales!r}")
     return core.current_scale(x, fmt, margin=m, epsilon=eps,
-                              power_of_2_scales=bool(power_of_2_scales), xp=xp)
+                              power_of_2_scales=bool(power_of_2_scales), axis=axis, xp=xp)
 
 
 @dataclass

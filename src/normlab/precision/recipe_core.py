@@ -25,6 +25,7 @@ from normlab.precision.formats import FLOAT4_E2M1FN, Format
 from normlab.precision.namespace import ArrayNamespace, namespace_of
 
 __all__ = [
+    "axis_amax",
     "blockwise_dequantize_values",
     "blockwise_quantize_parts",
     "current_scale",
@@ -65,13 +66,27 @@ def per_tensor_quantize(x: Any, fmt: Format, scale: Any, *,
         return xp.astype(data, "float32"), xp.scalar(1.0, s) / s
 
 
+def axis_amax(x: Any, axis: int, *, xp: ArrayNamespace) -> Any:
+    """max |x| along `axis`, kept as a size-1 axis, in x's work dtype (NaN wins; 0 along
+    an empty axis)."""
+    shape = list(x.shape)
+    shape[axis] = 1
+    work = xp.work(x)
+    if x.shape[axis] == 0:
+        return xp.full(tuple(shape), 0.0, work)
+    return xp.reshape(xp.max(xp.abs(work), axis), tuple(shape))
+
+
 def current_scale(x: Any, fmt: Format, *, margin: int = 0, epsilon: float = 0.0,
-                  power_of_2_scales: bool = False, amax: Any = None,
+                  power_of_2_scales: bool = False, amax: Any = None, axis: int | None = None,
                   xp: ArrayNamespace) -> Any:
     """Current scaling's float32 scale from max |x| (or the given `amax`, e.g. reduced
-    over ranks): [scale_from_amax][normlab.precision.scales.scale_from_amax] with
-    `fmt.max`, 1 where the amax is 0, inf or NaN."""
-    a = tensor_amax(x, xp=xp) if amax is None else amax
+    over ranks; per slice along `axis` when it is given):
+    [scale_from_amax][normlab.precision.scales.scale_from_amax] with `fmt.max`, 1 where
+    the amax is 0, inf or NaN."""
+    if amax is None:
+        amax = tensor_amax(x, xp=xp) if axis is None else axis_amax(x, axis, xp=xp)
+    a = amax
     return scales.scale_from_amax(a, fmt.max, margin=margin, epsilon=epsilon,
                            power_of_2_scales=power_of_2_scales, xp=xp)
 
@@ -172,17 +187,20 @@ def nvfp4_dequantize_values(elements: Any, block_scales: Any, s_dec: Any, *,
 
 def blockwise_quantize_parts(x: Any, fmt: Format, *, block: tuple[int, ...],
                              epsilon: float = 0.0, power_of_2_scales: bool = False,
+                             nonfinite_nan: bool = False,
                              xp: ArrayNamespace) -> tuple[Any, Any, Any]:
     """Blockwise FP8: `(data, scales, scale_inv)` for blocks tiling x's trailing axes.
 
     `scales` ([blockwise_scales][normlab.precision.block_scales.blockwise_scales], with
-    x's dtype's max for an overflowing quotient) and `scale_inv = float32(1 / scale)` are
-    on the block grid; `data = sat_round(x * scale)` (float32, x's shape).
+    x's dtype's max for an overflowing quotient; NaN for a non-finite amax with
+    `nonfinite_nan`) and `scale_inv = float32(1 / scale)` are on the block grid;
+    `data = sat_round(x * scale)` (float32, x's shape).
     """
     with xp.quiet():
         s = block_scales.blockwise_scales(blocks.block_amax(x, block, xp=xp), fmt,
                                           epsilon=epsilon, power_of_2_scales=power_of_2_scales,
-                                          value_for_inf=xp.input_max(x), xp=xp)
+                                          value_for_inf=xp.input_max(x),
+                                          nonfinite_nan=nonfinite_nan, xp=xp)
         inv = xp.scalar(1.0, s) / s
         work = xp.work(x)
         scaled = blocks.scale_blocks(work, xp.cast_like(s, work), block, xp=xp)

@@ -55,6 +55,7 @@ from normlab.torch.recipes import (
     BlockwiseFp8Recipe,
     Fp8CurrentRecipe,
     Fp8DelayedRecipe,
+    Fp8RowwiseRecipe,
     MXRecipe,
     NVFP4Recipe,
 )
@@ -68,6 +69,7 @@ __all__ += [
     "ConvertSummary",
     "Fp8CurrentRecipe",
     "Fp8DelayedRecipe",
+    "Fp8RowwiseRecipe",
     "MXRecipe",
     "NVFP4Recipe",
     "QuantConv1D",

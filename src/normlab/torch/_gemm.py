@@ -7,7 +7,10 @@ Dimension letters: M rows (batch x tokens), K in_features, N out_features.
     wgrad    dW = q(dy)_M^T q(x)_M   (N,K)
 
 `q(t)_A` is `t` quantised with blocks along A, the GEMM's contraction dimension.
-Per-tensor recipes quantise x and W once in forward and dy once in backward (their values do
+Every operand is `q(t)` of the quantizer the recipe names for its role and axis
+(`recipe.quantizer(role, axis)`, [normlab.precision.quantizers][]); this module asks the
+quantizer, never the recipe's class. Quantizers without blocks (elementwise rounding, one
+per-tensor scale) quantise x and W once in forward and dy once in backward (their values do
 not depend on the axis). Products are float32 matmuls of the dequantised operands: exact
 products, float32 accumulation. The bias and its gradient stay in float32. Operands and
 products run as the custom ops of `normlab.torch._operand_ops` (opaque to `torch.compile`,
@@ -34,10 +37,8 @@ from typing import Any
 
 import torch
 
-from normlab.precision import recipes
-from normlab.precision.operands import OperandSpec, operand_spec
+from normlab.precision.quantizers import Quantizer
 from normlab.torch import _operand_ops as opaque
-from normlab.torch import _operands as ops
 from normlab.torch import _product_ops as products
 from normlab.torch._operand_ops import stream_seed
 
@@ -54,7 +55,6 @@ __all__ = [
 ]
 
 ROLES = ("x", "w", "dy")  # index of each operand in the delayed-scaling state
-_SCALED = (recipes.Fp8DelayedRecipe, recipes.Fp8CurrentRecipe)
 
 
 def quantize_operand(layer: Any, t: torch.Tensor, role: str, axis: int, *,
@@ -63,33 +63,27 @@ def quantize_operand(layer: Any, t: torch.Tensor, role: str, axis: int, *,
     """Fake-quantise operand `t` (2-D) of `layer` for a GEMM contracting `axis` (float32).
 
     `role` is `"x"`, `"w"` or `"dy"`; `step` selects stochastic rounding (NVFP4 gradients,
-    stream `which`), `hadamard` NVFP4's transform of the wgrad inputs. Delayed scaling
-    reads the layer's current scale and records amax(t).
+    stream `which`), `hadamard` NVFP4's transform of the wgrad inputs. A quantizer that takes
+    a per-tensor scale gets the layer's (delayed scaling: the current scale, amax(t)
+    recorded; current scaling: the scale of amax(t)).
     """
-    r = layer.recipe
-    grad_role = "backward" if role == "dy" else "forward"
-    if isinstance(r, recipes.Bf16Recipe):
-        return ops.rounded(t, r.format_for(grad_role))
-    if isinstance(r, _SCALED):
-        scale = layer.operand_scale(t, ROLES.index(role))
-        return ops.per_tensor(t, r.format_for(grad_role), scale)
-    if isinstance(r, recipes.MXRecipe):
-        return ops.mx_blocks(t, r.format_for(grad_role), axis, r.block_size, r.scale_rule)
-    if isinstance(r, recipes.NVFP4Recipe):
-        return ops.nvfp4(t, axis, two_d=(role == "w" and r.two_d_weights), step=step,
-                         stream=layer.seed, which=which, hadamard=hadamard)
-    if isinstance(r, recipes.BlockwiseFp8Recipe):
-        k = r.block_size
-        block = (k, k) if role == "w" else (1, k)
-        return ops.block_scaled(t, r.format_for(grad_role), axis, block,
-                                power_of_2_scales=r.power_of_2_scales, epsilon=r.amax_epsilon)
-    raise TypeError(f"unsupported recipe {r!r}")  # QuantLinear validated it
+    q = layer.recipe.quantizer(role, axis)
+    scale = layer.operand_scale(t, ROLES.index(role)) if q.takes_scale else None
+    return opaque.fake(t, q, scale=scale, step=step, stream=layer.seed, which=which,
+                       hadamard=hadamard)
+
+
+def one_quantization(recipe: Any, role: str) -> Quantizer | None:
+    """The quantizer that serves both GEMMs of operand `role` (the same on both axes and
+    without blocks, so its values do not depend on the axis), or None."""
+    q = recipe.quantizer(role, 0)
+    return q if q.axis_free and q == recipe.quantizer(role, 1) else None
 
 
 def _hadamard(layer: Any) -> torch.Tensor | None:
-    """NVFP4's random Hadamard matrix (16, 16) when the recipe transforms wgrad inputs."""
-    r = layer.recipe
-    return layer.hadamard_matrix if isinstance(r, recipes.NVFP4Recipe) and r.hadamard else None
+    """The random Hadamard matrix (16, 16) of the wgrad inputs, None when the recipe has
+    no transform."""
+    return getattr(layer, "hadamard_matrix", None)
 
 
 @dataclass(frozen=True)
@@ -100,7 +94,7 @@ class SavedOperand:
     ----------
     parts : tuple of torch.Tensor
         (codes, scales, tensor scale), as `normlab.torch._operand_ops.encode` returns them.
-    spec : OperandSpec
+    spec : Quantizer
         How x was quantised.
     shape : tuple of int
         The operand's (M', K) (M' is M padded to a multiple of 16 after NVFP4's transform).
@@ -109,7 +103,7 @@ class SavedOperand:
     """
 
     parts: tuple[torch.Tensor, ...]
-    spec: OperandSpec
+    spec: Quantizer
     shape: tuple[int, int]
     order: str
 
@@ -121,9 +115,8 @@ class SavedOperand:
 def saved_wgrad_operand(layer: Any, x: torch.Tensor) -> SavedOperand:
     """q(x)_M of `x` (M, K) as codes plus scales; per-tensor recipes use the scale of x's
     forward quantisation (call this after it)."""
-    r = layer.recipe
-    spec = operand_spec(r, "x", 0)
-    scale = layer.scale[0].clone() if isinstance(r, _SCALED) else None
+    spec = layer.recipe.quantizer("x", 0)
+    scale = layer.scale[0].clone() if spec.takes_scale else None
     hadamard = _hadamard(layer)
     parts = opaque.encode(x, spec, scale=scale, hadamard=hadamard)
     rows = x.shape[0] + (-x.shape[0]) % 16 if hadamard is not None else x.shape[0]
@@ -135,15 +128,14 @@ def x_operands(layer: Any, x: torch.Tensor, keep: bool
                ) -> tuple[torch.Tensor, SavedOperand | None]:
     """`q(x)_K` of `x` (M,K) for the forward GEMM and, if `keep`, the saved wgrad operand.
 
-    Where one quantisation serves both GEMMs (Bf16, FP8: values that do not depend on the
+    Where one quantisation serves both GEMMs (a quantizer whose values do not depend on the
     axis), the values and the saved codes come from one pass over x.
     """
-    r = layer.recipe
-    if not (keep and isinstance(r, (recipes.Bf16Recipe, *_SCALED))):
+    spec = one_quantization(layer.recipe, "x")
+    if not (keep and spec is not None):
         qx = quantize_operand(layer, x, "x", axis=1)
         return qx, saved_wgrad_operand(layer, x) if keep else None
-    spec = operand_spec(r, "x", 0)
-    scale = layer.operand_scale(x, 0) if isinstance(r, _SCALED) else None
+    scale = layer.operand_scale(x, 0) if spec.takes_scale else None
     qx, parts = opaque.fake_encode(x, spec, scale=scale)
     order = opaque.operand_order(spec, x)
     return qx, SavedOperand(parts, spec, (x.shape[0], x.shape[1]), order)
@@ -157,7 +149,7 @@ def forward_operands(layer: Any, x: torch.Tensor, w: torch.Tensor, *, keep: bool
     scaled recipes, the scale W was quantised with."""
     qx, saved = x_operands(layer, x, keep)
     qw = quantize_operand(layer, w, "w", axis=1)
-    w_scale = layer.scale[1].clone() if isinstance(layer.recipe, _SCALED) else None
+    w_scale = layer.scale[1].clone() if layer.recipe.quantizer("w", 1).takes_scale else None
     return qx, qw, saved, w_scale
 
 
@@ -168,32 +160,36 @@ def backward_operands(layer: Any, dy: torch.Tensor, w: torch.Tensor,
     """The backward GEMMs' operands `(q(dy)_N, q(W)_N, q(dy)_M, q(x)_M)`: `dx = dy_N W_N`,
     `dW = dy_M^T x_M` (None for a GEMM not asked for).
 
-    Per-tensor recipes quantise dy once; W is quantised again from the weight with the
-    forward's scale. Block recipes quantise dy along N and along M (NVFP4: stochastically
-    with the layer's streams, the wgrad copy through the random Hadamard transform, M
-    padded to a multiple of 16) and W along N. x_M is decoded from `saved`.
+    Where one quantisation serves both GEMMs of an operand (`one_quantization`), dy is
+    quantised once, and W again from the weight with the forward's scale. Otherwise dy is
+    quantised along N and along M (NVFP4: stochastically with the layer's streams, the
+    wgrad copy through the random Hadamard transform, M padded to a multiple of 16) and W
+    along N. x_M is decoded from `saved`.
     """
     r = layer.recipe
     x_m = saved.values() if wgrad and saved is not None else None
-    fmt_w = r.format_for("forward")
-    if isinstance(r, (recipes.Bf16Recipe, *_SCALED)):
+    if one_quantization(r, "dy") is not None:
         qdy = quantize_operand(layer, dy, "dy", axis=0)  # M,N
-        w_n = None
-        if dgrad:
-            w_n = (ops.rounded(w, fmt_w) if isinstance(r, recipes.Bf16Recipe)
-                   else ops.per_tensor(w, fmt_w, w_scale))  # type: ignore[arg-type]
+        w_n = _w_for_dgrad(layer, w, w_scale) if dgrad else None
         return qdy, w_n, qdy, x_m
-    step = None
-    if isinstance(r, recipes.NVFP4Recipe) and r.stochastic_gradients:
-        step = products.next_step(layer.rounding_counter)
+    step = products.next_step(layer.rounding_counter) if r.stochastic_gradients else None
     dy_n = w_n = dy_m = None
     if dgrad:
         dy_n = quantize_operand(layer, dy, "dy", 1, step=step, which=0)  # M,N
-        w_n = quantize_operand(layer, w, "w", 0)  # N,K
+        w_n = _w_for_dgrad(layer, w, w_scale)  # N,K
     if wgrad:
         dy_m = quantize_operand(layer, dy, "dy", 0, step=step, which=1,
                                 hadamard=_hadamard(layer))  # M',N
     return dy_n, w_n, dy_m, x_m
+
+
+def _w_for_dgrad(layer: Any, w: torch.Tensor, w_scale: torch.Tensor | None) -> torch.Tensor:
+    """q(W)_N: with the forward's quantizer and scale where one quantisation serves both
+    GEMMs (no amax recorded again), else quantised for dgrad."""
+    q = one_quantization(layer.recipe, "w")
+    if q is not None:
+        return opaque.fake(w, q, scale=w_scale)
+    return quantize_operand(layer, w, "w", 0)
 
 
 class QuantLinearFunction(torch.autograd.Function):

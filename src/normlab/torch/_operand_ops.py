@@ -45,8 +45,9 @@ from normlab.precision import operands as po
 from normlab.precision import recipe_core as core
 from normlab.precision.hadamard import rht_apply
 from normlab.precision.namespace import NUMPY
-from normlab.precision.operand_codes import Encoded, stores_codes
+from normlab.precision.operand_codes import stores_codes
 from normlab.precision.operand_pass import fake_encode_operand
+from normlab.precision.quantizers import Quantizer
 from normlab.torch._stochastic import splitmix64_int
 from normlab.torch.namespace import TORCH
 
@@ -72,15 +73,25 @@ def stream_seed(stream: int, counter: int, which: int) -> int:
     return splitmix64_int(word) >> 1  # Python ints: exact, unlike NumPy's uint64
 
 
-def order_of(spec: po.OperandSpec, rows_contiguous: bool, device: Any) -> str:
+def order_of(q: Quantizer, rows_contiguous: bool, device: Any) -> str:
     """The layout ("C" or "F") of an operand's values and codes: the input's, except for 1-D
     MX and NVFP4 blocks along axis 0 off the CPU, columns first (their torch path computes
     along the moved axis; on the CPU the kernels write rows as they read them, and a
     transposed write of every element costs more than the rounding)."""
     off_cpu = torch.device(device).type != "cpu"
-    if off_cpu and spec.kind in ("mx", "nvfp4") and not spec.tile and spec.axis == 0:
+    rows, cols = q.block
+    if off_cpu and q.columns_first_off_cpu and rows > 1 and cols == 1:
         return "F"
     return "C" if rows_contiguous else "F"
+
+
+def _own(out: torch.Tensor, source: torch.Tensor) -> torch.Tensor:
+    """`out`, copied if it shares memory with the op's input `source` (a quantizer that
+    leaves values as they are, such as float32 rounding of float32: a custom op's result
+    may not alias its inputs)."""
+    if out.numel() and out.untyped_storage().data_ptr() == source.untyped_storage().data_ptr():
+        return out.clone()
+    return out
 
 
 def _rows_contiguous(t: torch.Tensor) -> bool:
@@ -162,7 +173,7 @@ def _prepared(t: torch.Tensor, hadamard: torch.Tensor | None) -> torch.Tensor:
 def _fake_op(t: torch.Tensor, spec: str, scale: torch.Tensor | None, step: torch.Tensor | None,
              stream: int, which: int, hadamard: torch.Tensor | None,
              order: str) -> torch.Tensor:
-    s = po.OperandSpec.from_key(spec)
+    s = Quantizer.from_key(spec)
     src = _prepared(t, hadamard)
     seed = None if step is None else stream_seed(stream, int(step), which)
     view = _numpy_view(src) if _fast("fake_operand") else None
@@ -173,7 +184,7 @@ def _fake_op(t: torch.Tensor, spec: str, scale: torch.Tensor | None, step: torch
                                                    xp=NUMPY))
     else:
         out = po.fake_operand(src.detach(), s, scale=scale, seed=seed, order=order, xp=TORCH)
-    return TORCH.ordered(out, order)
+    return _own(TORCH.ordered(out, order), t)
 
 
 def _prepared_shape(t: torch.Tensor, hadamard: torch.Tensor | None) -> tuple[Any, Any]:
@@ -186,14 +197,14 @@ def _(t, spec, scale, step, stream, which, hadamard, order):
     return _empty_2d(_prepared_shape(t, hadamard), order, torch.float32, t.device)
 
 
-def operand_order(spec: po.OperandSpec, t: torch.Tensor,
+def operand_order(q: Quantizer, t: torch.Tensor,
                   hadamard: torch.Tensor | None = None) -> str:
     """The layout of `t`'s values and codes, an argument of each op: the real and fake
     implementations follow it, and a compiled graph records it in its cache key."""
-    return order_of(spec, hadamard is not None or _rows_contiguous(t), t.device)
+    return order_of(q, hadamard is not None or _rows_contiguous(t), t.device)
 
 
-def fake(t: torch.Tensor, spec: po.OperandSpec, *, scale: torch.Tensor | None = None,
+def fake(t: torch.Tensor, q: Quantizer, *, scale: torch.Tensor | None = None,
          step: torch.Tensor | None = None, stream: int = 0, which: int = 0,
          hadamard: torch.Tensor | None = None) -> torch.Tensor:
     """The float32 values operand `t` (2-D, any float dtype) contributes to its GEMM.
@@ -202,10 +213,10 @@ def fake(t: torch.Tensor, spec: po.OperandSpec, *, scale: torch.Tensor | None = 
     ----------
     t : torch.Tensor
         The operand, shape (R, C).
-    spec : OperandSpec
+    q : Quantizer
         How it is quantised.
     scale : torch.Tensor or None, optional
-        The 0-d float32 scale of the per-tensor kind.
+        The 0-d float32 scale of a quantizer that `takes_scale`.
     step : torch.Tensor or None, optional
         A 0-d int64 CPU tensor: round stochastically with the stream of
         `stream_seed(stream, step, which)` (NVFP4 gradients); None: to nearest.
@@ -221,11 +232,14 @@ def fake(t: torch.Tensor, spec: po.OperandSpec, *, scale: torch.Tensor | None = 
     out : torch.Tensor
         float32, shape (R, C) (R padded with `hadamard`), in the layout of `order_of`.
     """
-    return _fake_op(t, spec.key(), scale, step, int(stream), int(which), hadamard,
-                    operand_order(spec, t, hadamard))
+    return _fake_op(t, q.key(), scale, step if q.stochastic else None, int(stream),
+                    int(which), hadamard, operand_order(q, t, hadamard))
 
 
-def _encoded_shapes(s: po.OperandSpec, shape: tuple[Any, Any],
+_DTYPES = {"uint8": torch.uint8, "float32": torch.float32}
+
+
+def _encoded_shapes(s: Quantizer, shape: tuple[Any, Any],
                     order: str) -> tuple[tuple[Any, ...], torch.dtype, tuple[Any, ...],
                                          torch.dtype, tuple[Any, ...]]:
     """(codes shape, codes dtype, scales shape, scales dtype, tensor-scale shape)."""
@@ -235,27 +249,9 @@ def _encoded_shapes(s: po.OperandSpec, shape: tuple[Any, Any],
         code_shape, code_dtype = stored, torch.float32
     else:
         code_dtype = torch.uint8 if s.fmt.bits <= 8 else torch.int16
-        code_shape = (stored[0], (stored[1] + 1) // 2) if s.kind == "nvfp4" else stored
-    k = s.size
-
-    def cdiv(a: Any, b: int) -> Any:
-        return (a + b - 1) // b
-
-    if s.kind == "round":
-        return code_shape, code_dtype, _EMPTY, torch.float32, _EMPTY
-    if s.kind == "tensor":
-        return code_shape, code_dtype, (), torch.float32, _EMPTY
-    if s.tile:
-        grid: tuple[Any, ...] = (cdiv(r, k), cdiv(c, k))
-    elif s.axis == 1:
-        grid = (r, cdiv(c, k))
-    else:
-        grid = (c, cdiv(r, k)) if s.kind == "block" else (cdiv(r, k), c)
-    if s.kind == "mx":
-        return code_shape, code_dtype, grid, torch.uint8, _EMPTY
-    if s.kind == "nvfp4":
-        return code_shape, code_dtype, grid, torch.uint8, ()
-    return code_shape, code_dtype, grid, torch.float32, _EMPTY
+        code_shape = (stored[0], (stored[1] + 1) // 2) if s.packed else stored
+    grid, grid_dtype = s.scale_grid((r, c))
+    return code_shape, code_dtype, grid, _DTYPES[grid_dtype], s.tensor_scale_shape()
 
 
 def _tensor(a: Any) -> torch.Tensor:
@@ -271,7 +267,7 @@ def _tensor(a: Any) -> torch.Tensor:
 def _encode_op(t: torch.Tensor, spec: str, scale: torch.Tensor | None,
                hadamard: torch.Tensor | None,
                order: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    s = po.OperandSpec.from_key(spec)
+    s = Quantizer.from_key(spec)
     src = _prepared(t, hadamard)
     view = _numpy_view(src) if _fast("encode_operand") else None
     if view is not None:
@@ -283,7 +279,7 @@ def _encode_op(t: torch.Tensor, spec: str, scale: torch.Tensor | None,
     else:
         enc = po.encode_operand(src.detach(), s, scale=scale, order=order, xp=TORCH)
         parts = [enc.codes, enc.scales, enc.tensor_scale]
-    return _parts(parts, t.device)  # type: ignore[return-value]
+    return tuple(_own(p, t) for p in _parts(parts, t.device))  # type: ignore[return-value]
 
 
 def _parts(parts: Any, device: Any) -> tuple[torch.Tensor, ...]:
@@ -295,24 +291,25 @@ def _parts(parts: Any, device: Any) -> tuple[torch.Tensor, ...]:
 
 @_encode_op.register_fake
 def _(t, spec, scale, hadamard, order):
-    s = po.OperandSpec.from_key(spec)
+    s = Quantizer.from_key(spec)
     shape = _prepared_shape(t, hadamard)
     cs, cd, ss, sd, ts = _encoded_shapes(s, shape, order)
     return (t.new_empty(cs, dtype=cd), t.new_empty(ss, dtype=sd),
             t.new_empty(ts, dtype=torch.float32))
 
 
-def encode(t: torch.Tensor, spec: po.OperandSpec, *, scale: torch.Tensor | None = None,
+def encode(t: torch.Tensor, q: Quantizer, *, scale: torch.Tensor | None = None,
            hadamard: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
-    """Operand `t` as (codes, scales, tensor scale) tensors (empty where the kind has none):
-    [encode_operand][normlab.precision.operands.encode_operand] in its fixed layout."""
-    return _encode_op(t, spec.key(), scale, hadamard, operand_order(spec, t, hadamard))
+    """Operand `t` as (codes, scales, tensor scale) tensors (empty where the quantizer
+    stores none): [encode_operand][normlab.precision.operands.encode_operand] in its fixed
+    layout."""
+    return _encode_op(t, q.key(), scale, hadamard, operand_order(q, t, hadamard))
 
 
 @torch.library.custom_op("normlab::fake_encode_operand", mutates_args=())
 def _fake_encode_op(t: torch.Tensor, spec: str, scale: torch.Tensor | None, order: str
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    s = po.OperandSpec.from_key(spec)
+    s = Quantizer.from_key(spec)
     view = _numpy_view(t) if _fast("fake_encode_operand") else None
     if view is not None:
         sc = None if scale is None else np.float32(scale.detach().cpu().item())
@@ -330,36 +327,37 @@ def _fake_encode_op(t: torch.Tensor, spec: str, scale: torch.Tensor | None, orde
 
 @_fake_encode_op.register_fake
 def _(t, spec, scale, order):
-    s = po.OperandSpec.from_key(spec)
+    s = Quantizer.from_key(spec)
     cs, cd, ss, sd, ts = _encoded_shapes(s, tuple(t.shape), order)
     return (_empty_2d(tuple(t.shape), order, torch.float32, t.device),
             t.new_empty(cs, dtype=cd), t.new_empty(ss, dtype=sd),
             t.new_empty(ts, dtype=torch.float32))
 
 
-def fake_encode(t: torch.Tensor, spec: po.OperandSpec, *, scale: torch.Tensor | None = None
+def fake_encode(t: torch.Tensor, q: Quantizer, *, scale: torch.Tensor | None = None
                 ) -> tuple[torch.Tensor, tuple[torch.Tensor, ...]]:
-    """`(fake(t, spec), encode(t, spec))` from one pass over `t` where the kind allows
-    ([fake_encode_operand][normlab.precision.operand_pass.fake_encode_operand]): the
-    forward operand of the Bf16 and FP8 recipes and its saved codes, both laid out as `t`."""
-    values, *parts = _fake_encode_op(t, spec.key(), scale, operand_order(spec, t))
+    """`(fake(t, q), encode(t, q))` from one pass over `t` where the quantizer allows
+    ([fake_encode_operand][normlab.precision.operand_pass.fake_encode_operand]): a forward
+    operand whose values do not depend on the axis and its saved codes, both laid out as
+    `t`."""
+    values, *parts = _fake_encode_op(t, q.key(), scale, operand_order(q, t))
     return values, tuple(parts)
 
 
 @torch.library.custom_op("normlab::decode_operand", mutates_args=())
 def _decode_op(codes: torch.Tensor, scales: torch.Tensor, tensor_scale: torch.Tensor,
                spec: str, rows: int, cols: int, order: str) -> torch.Tensor:
-    s = po.OperandSpec.from_key(spec)
-    parts = [codes, None if s.kind == "round" else scales,
-             tensor_scale if s.kind == "nvfp4" else None]
+    s = Quantizer.from_key(spec)
+    enc = s.encoded(codes, scales, tensor_scale)  # None where the quantizer stores none
     if codes.device.type == "cpu" and _fast("decode_operand"):
-        enc = Encoded(*(None if p is None else p.numpy() for p in parts))
+        enc = s.encoded(*(None if p is None else p.numpy()
+                          for p in (enc.codes, enc.scales, enc.tensor_scale)))
         with _threads():
             out = torch.from_numpy(po.decode_operand(enc, s, (rows, cols), order=order,
                                                      xp=NUMPY))
     else:
-        out = po.decode_operand(Encoded(*parts), s, (rows, cols), order=order, xp=TORCH)
-    return TORCH.ordered(out, order)
+        out = po.decode_operand(enc, s, (rows, cols), order=order, xp=TORCH)
+    return _own(TORCH.ordered(out, order), codes)
 
 
 @_decode_op.register_fake
@@ -367,10 +365,10 @@ def _(codes, scales, tensor_scale, spec, rows, cols, order):
     return _empty_2d((rows, cols), order, torch.float32, codes.device)
 
 
-def decode(parts: tuple[torch.Tensor, ...], spec: po.OperandSpec, shape: tuple[int, int],
+def decode(parts: tuple[torch.Tensor, ...], q: Quantizer, shape: tuple[int, int],
            order: str) -> torch.Tensor:
     """The float32 operand that `encode` kept: the values `fake` gives, bit for bit."""
-    return _decode_op(*parts, spec.key(), int(shape[0]), int(shape[1]), order)
+    return _decode_op(*parts, q.key(), int(shape[0]), int(shape[1]), order)
 
 
 @torch.library.custom_op("normlab::tensor_amax", mutates_args=())

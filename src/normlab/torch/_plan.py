@@ -30,7 +30,7 @@ import torch
 
 from normlab.torch.conv1d import QuantConv1D
 from normlab.torch.nn import QuantLinear
-from normlab.torch.recipes import Bf16Recipe, Recipe
+from normlab.torch.recipes import Recipe
 
 __all__ = ["ConvertSummary", "LayerDecision", "hf_conv1d_class", "plan"]
 
@@ -167,7 +167,7 @@ def plan(model: torch.nn.Module, recipes: Recipe | Mapping[str, Recipe | None], 
             continue
         recipe, reason = _choose(m, name, parents.get(id(m)), recipes, module_filter_fn, skip)
         if recipe is not None and keep_lm_head and id(m) in outputs \
-                and not isinstance(recipe, Bf16Recipe):
+                and recipe.scaled:
             recipe, reason = None, ("the output layer (LM head) stays in high precision; "
                                     "keep_lm_head=False converts it")
         kind = type(m).__name__

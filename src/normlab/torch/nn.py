@@ -42,16 +42,9 @@ from typing import Any
 import torch
 
 from normlab._validate import check_int
-from normlab.precision import recipe_core as core
 from normlab.precision import scales
 from normlab.precision.hadamard import rht_matrix
-from normlab.precision.recipes import (
-    Fp8CurrentRecipe,
-    Fp8DelayedRecipe,
-    NVFP4Recipe,
-    Recipe,
-    check_recipe,
-)
+from normlab.precision.recipes import Recipe, check_recipe
 from normlab.torch import _operand_ops as opaque
 from normlab.torch._extra_state import pack_extra_state, unpack_extra_state
 from normlab.torch._gemm import ROLES, QuantLinearFunction
@@ -135,12 +128,12 @@ class QuantLinear(torch.nn.Linear):
         # counter of the stochastic-rounding streams (NVFP4): a CPU tensor that the
         # backward advances in place (traceable; reading it needs no device sync)
         self.rounding_counter = torch.zeros((), dtype=torch.int64)
-        if isinstance(r, Fp8DelayedRecipe):
+        if r.delayed:
             self.amax_history = torch.zeros(len(ROLES), r.amax_history_len, **f32)
-        if isinstance(r, (Fp8DelayedRecipe, Fp8CurrentRecipe)):
-            self.scale = torch.ones(len(ROLES), **f32)
-        if isinstance(r, NVFP4Recipe):  # the random Hadamard transform of the recipe's seed
-            m = torch.from_numpy(rht_matrix(16, r.seed % 2**64)).to(**f32)  # 16,16
+        if any(r.quantizer(role, axis).takes_scale for role in ROLES for axis in (0, 1)):
+            self.scale = torch.ones(len(ROLES), **f32)  # per-tensor scales, delayed or current
+        if r.hadamard_seed is not None:  # the random Hadamard transform of the wgrad inputs
+            m = torch.from_numpy(rht_matrix(16, r.hadamard_seed % 2**64)).to(**f32)  # 16,16
             self.register_buffer("hadamard_matrix", m, persistent=False)
 
     def get_extra_state(self) -> torch.Tensor:
@@ -217,7 +210,7 @@ class QuantLinear(torch.nn.Linear):
     # --- state used by the GEMMs ------------------------------------------------------
     def reduce(self, amax: torch.Tensor) -> torch.Tensor:
         """All-reduce per-tensor amaxes with MAX when the recipe asks for it."""
-        if getattr(self.recipe, "reduce_amax", False):
+        if self.recipe.reduce_amax:
             return reduce_amax(amax, self.process_group)
         return amax
 
@@ -249,13 +242,11 @@ class QuantLinear(torch.nn.Linear):
         scaling: the scale of amax(t) reduced over the group, kept in `scale`.
         """
         r = self.recipe
-        assert isinstance(r, (Fp8DelayedRecipe, Fp8CurrentRecipe)) and self.scale is not None
-        if isinstance(r, Fp8CurrentRecipe):
-            fmt = r.format_for("backward" if ROLES[index] == "dy" else "forward")
+        assert self.scale is not None
+        if not r.delayed:
+            fmt = r.quantizer(ROLES[index], 1).fmt
             amax = self.reduce(opaque.tensor_amax(t).reshape(1).to(torch.float32))  # 1
-            self.scale[index] = core.current_scale(
-                t, fmt, margin=r.margin, epsilon=r.amax_epsilon,
-                power_of_2_scales=r.power_of_2_scales, amax=amax[0], xp=TORCH)
+            self.scale[index] = r.scale_from_amax(amax[0], fmt, xp=TORCH)
             return self.scale[index]
         assert self.amax_history is not None
         # dy is quantised in the backward pass; x and W in a forward, which during a backward
@@ -306,18 +297,16 @@ class QuantLinear(torch.nn.Linear):
         update.
         """
         r = self.recipe
-        if not isinstance(r, Fp8DelayedRecipe) or not self.pending:
+        if not r.delayed or not self.pending:
             return
         assert self.scale is not None and self.amax_history is not None
         slot0 = self.reduce(self.amax_history[:, 0].clone())  # 3
         self.amax_history[:, 0] = slot0
         # one batched update per format (the update is elementwise over the operands):
         # x and W share the forward format, dy has the backward one
-        for rows, role in ((slice(0, 2), "forward"), (slice(2, 3), "backward")):
-            history, scale = scales.delayed_update(
-                self.amax_history[rows], self.scale[rows], r.format_for(role).max,
-                margin=r.margin, amax_compute_algo=r.amax_compute_algo, update=r.update,
-                xp=TORCH)
+        for rows, role in ((slice(0, 2), "x"), (slice(2, 3), "dy")):
+            history, scale = r.delayed_update(self.amax_history[rows], self.scale[rows],
+                                              r.quantizer(role, 1).fmt, xp=TORCH)
             self.amax_history[rows] = history  # 2,L or 1,L
             self.scale[rows] = scale
         self.pending = False

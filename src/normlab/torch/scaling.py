@@ -85,9 +85,9 @@ def fp8_quantize(t: torch.Tensor, fmt: Any, scale: Any) -> Fp8Tensor:
 
 
 def quantize_current_scaling(t: torch.Tensor, fmt: Any = "e4m3", *, margin: int = 0,
-                             amax_epsilon: float = 0.0,
-                             power_of_2_scales: bool = False) -> Fp8Tensor:
-    r"""Per-tensor current scaling: the scale comes from this tensor's own amax.
+                             amax_epsilon: float = 0.0, power_of_2_scales: bool = False,
+                             axis: int | None = None) -> Fp8Tensor:
+    r"""Current scaling: the scale comes from this tensor's own amax (or each slice's).
 
     $a = \max(\mathrm{amax}(t), \epsilon)$, $s = m_{fp8} \cdot 2^{-\mathrm{margin}} / a$
     (1 when $a$ is 0, inf or NaN), rounded down to a power of two with
@@ -106,6 +106,9 @@ def quantize_current_scaling(t: torch.Tensor, fmt: Any = "e4m3", *, margin: int 
         Lower bound on the amax, >= 0. Default 0.
     power_of_2_scales : bool, optional
         Default False.
+    axis : int or None, optional
+        Reduce the amax along this axis only (kept as a size-1 dimension of the scale), as
+        the NumPy twin; None (default): one scale for the tensor.
 
     Returns
     -------
@@ -125,7 +128,7 @@ def quantize_current_scaling(t: torch.Tensor, fmt: Any = "e4m3", *, margin: int 
     """
     x, f = check_tensor(t).detach(), get_format(fmt)
     return _fp8_tensor(x, f, current_scale_of(x, f, margin, amax_epsilon, power_of_2_scales,
-                                              xp=TORCH))
+                                              axis=axis, xp=TORCH))
 
 
 @dataclass

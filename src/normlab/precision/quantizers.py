@@ -1,0 +1,440 @@
+r"""Quantizers: how one GEMM operand is quantised, one immutable class per scaling family.
+
+Dimension letters: R, C the operand's rows and columns; one block covers r x c of them
+(`Quantizer.block`).
+
+A training recipe ([normlab.precision.recipes][]) decides, in its `quantizer(role, axis)`
+method and nowhere else, which quantizer each GEMM operand gets: x, W or dy, blocked along
+the GEMM's contraction axis. Everything downstream (the operand functions of
+[normlab.precision.operands][], the numba adapter, the torch custom ops, the training
+layer, the benchmark, the numerics inspector) asks the quantizer, never the recipe's class:
+
+| family | class | scales | recipes |
+|---|---|---|---|
+| elementwise rounding | `RoundQuantizer` | none | Bf16 |
+| FP8, whole tensor | `Fp8TensorQuantizer` | one float32, given | FP8 delayed, current |
+| FP8, per row, 1-D block or tile | `Fp8BlockQuantizer` | float32 each | blockwise, rowwise |
+| MX | `MXQuantizer` | E8M0 per block | MX |
+| NVFP4 | `NVFP4Quantizer` | E4M3 per block, float32 per tensor | NVFP4 |
+
+Each class holds its family's reference arithmetic (the recipes' shared steps of
+[normlab.precision.recipe_core][], written once against the array namespace), its encoded
+layout and a stable [key][normlab.precision.quantizers.Quantizer.key] for caches and
+compiled graphs; [Quantizer.from_key][normlab.precision.quantizers.Quantizer.from_key]
+reads it back and raises TypeError for a family it does not know.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar
+
+from normlab.precision import blocks
+from normlab.precision import recipe_core as core
+from normlab.precision.formats import FLOAT4_E2M1FN, FLOAT8_E4M3FN, Format
+from normlab.precision.namespace import ArrayNamespace
+from normlab.precision.operand_codes import Encoded, element_codes, element_values
+from normlab.precision.recipe_formats import mx_element_format
+
+__all__ = [
+    "Fp8BlockQuantizer",
+    "Fp8TensorQuantizer",
+    "MXQuantizer",
+    "NVFP4Quantizer",
+    "Quantizer",
+    "RoundQuantizer",
+]
+
+_FAMILIES: dict[str, type[Quantizer]] = {}
+
+
+def _field_text(value: Any) -> str:
+    if isinstance(value, Format):
+        return value.name
+    if isinstance(value, bool):
+        return str(int(value))
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+_PARSE: dict[str, Callable[[str], Any]] = {
+    "Format": mx_element_format, "int": int, "bool": lambda s: s == "1", "str": str,
+    "float": float}
+
+
+@dataclass(frozen=True)
+class Quantizer:
+    """How one 2-D GEMM operand is quantised: the base of the scaling families.
+
+    Attributes
+    ----------
+    fmt : Format
+        The element format.
+    axis : int
+        The GEMM's contraction axis of the operand (0 or 1): 1-D blocks run along it.
+    """
+
+    fmt: Format
+    axis: int = 1
+
+    family: ClassVar[str] = ""
+    """The family's name, the first field of the key."""
+    takes_scale: ClassVar[bool] = False
+    """A per-tensor float32 scale is passed in (FP8 delayed and current scaling)."""
+    stochastic: ClassVar[bool] = False
+    """Elements may be rounded stochastically (`seed=`)."""
+    packed: ClassVar[bool] = False
+    """Two element codes share a byte (E2M1)."""
+    saturates: ClassVar[bool] = True
+    """Scaled elements saturate at the format's max (elementwise rounding does not)."""
+    columns_first_off_cpu: ClassVar[bool] = False
+    """Off the CPU, 1-D blocks along axis 0 are computed (and stored) columns first."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.family:
+            _FAMILIES[cls.family] = cls
+
+    @property
+    def block(self) -> tuple[int, int]:
+        """One block's (rows, columns) in the operand; (0, 0) for per-tensor and elementwise."""
+        return (0, 0)
+
+    @property
+    def axis_free(self) -> bool:
+        """The values do not depend on the blocking axis (no blocks): one quantisation
+        serves every GEMM of the operand."""
+        return self.block == (0, 0)
+
+    @property
+    def scales_transposed(self) -> bool:
+        """The scale grid is that of the transposed operand (1-D FP8 blocks along axis 0)."""
+        return False
+
+    def key(self) -> str:
+        """A string that [from_key][normlab.precision.quantizers.Quantizer.from_key] reads
+        back (the form a compiled graph holds): the family, then every field."""
+        return ":".join([self.family, *(_field_text(getattr(self, f.name))
+                                        for f in fields(self))])
+
+    @staticmethod
+    @functools.lru_cache(maxsize=256)
+    def from_key(key: str) -> Quantizer:
+        """The quantizer that `key()` wrote.
+
+        Raises
+        ------
+        TypeError
+            If the key names no known family.
+        """
+        family, *values = key.split(":")
+        cls = _FAMILIES.get(family)
+        if cls is None:
+            raise TypeError(f"unknown quantizer family {family!r} in key {key!r}; known: "
+                            f"{sorted(_FAMILIES)}")
+        kinds = [str(f.type) for f in fields(cls)]
+        return cls(*(_PARSE[k](v) for k, v in zip(kinds, values, strict=True)))
+
+    # --- the family's reference arithmetic (float32 operand `w`, logical layout) ----------
+    def values(self, w: Any, scale: Any, seed: int | None, xp: ArrayNamespace) -> Any:
+        """`dequantize(quantize(w))`, float32, w's shape."""
+        raise NotImplementedError
+
+    def quantized(self, w: Any, scale: Any, xp: ArrayNamespace) -> tuple[Any, Any, Any]:
+        """(elements as float32 values in w's layout, scales as stored, tensor scale)."""
+        raise NotImplementedError
+
+    def dequantized(self, elems: Any, enc: Encoded, xp: ArrayNamespace) -> Any:
+        """The float32 operand from its element values (w's layout) and stored scales."""
+        raise NotImplementedError
+
+    def scale_grid(self, shape: tuple[Any, Any]) -> tuple[tuple[Any, ...], str]:
+        """The stored scales' shape and dtype name for an operand of `shape`; `(0,)` for
+        none, `()` for one."""
+        return (0,), "float32"
+
+    def tensor_scale_shape(self) -> tuple[int, ...]:
+        """The stored tensor scale's shape: `(0,)` for none."""
+        return (0,)
+
+    def encoded(self, elems: Any, scales: Any, tensor_scale: Any) -> Encoded:
+        """The `Encoded` parts of an operand (None where the family stores none)."""
+        return Encoded(elems, scales, tensor_scale)
+
+
+def _cdiv(a: Any, b: int) -> Any:
+    return (a + b - 1) // b
+
+
+@dataclass(frozen=True)
+class RoundQuantizer(Quantizer):
+    """Elementwise rounding to nearest even, no scale, no saturation (the Bf16 recipe)."""
+
+    family: ClassVar[str] = "round"
+    saturates: ClassVar[bool] = False
+
+    def values(self, w: Any, scale: Any, seed: int | None, xp: ArrayNamespace) -> Any:
+        """This family's `values` (see `Quantizer`)."""
+        return xp.astype(xp.quantize(w, self.fmt, saturate=False), "float32")
+
+    def quantized(self, w: Any, scale: Any, xp: ArrayNamespace) -> tuple[Any, Any, Any]:
+        """This family's `quantized` (see `Quantizer`)."""
+        return self.values(w, scale, None, xp), None, None
+
+    def dequantized(self, elems: Any, enc: Encoded, xp: ArrayNamespace) -> Any:
+        """This family's `dequantized` (see `Quantizer`)."""
+        return elems
+
+    def encoded(self, elems: Any, scales: Any, tensor_scale: Any) -> Encoded:
+        """This family's `encoded` (see `Quantizer`)."""
+        return Encoded(elems, None, None)
+
+
+@dataclass(frozen=True)
+class Fp8TensorQuantizer(Quantizer):
+    """FP8 with one float32 scale for the whole tensor, given by the caller (delayed or
+    current scaling): `sat_round(w * s) * float32(1 / s)`."""
+
+    family: ClassVar[str] = "fp8_tensor"
+    takes_scale: ClassVar[bool] = True
+
+    granularity: ClassVar[str] = "tensor"
+    """The scale granularity, as torchao names it."""
+
+    def values(self, w: Any, scale: Any, seed: int | None, xp: ArrayNamespace) -> Any:
+        """This family's `values` (see `Quantizer`)."""
+        data, inv = core.per_tensor_quantize(w, self.fmt, scale, xp=xp)
+        return data * inv
+
+    def quantized(self, w: Any, scale: Any, xp: ArrayNamespace) -> tuple[Any, Any, Any]:
+        """This family's `quantized` (see `Quantizer`)."""
+        data, inv = core.per_tensor_quantize(w, self.fmt, scale, xp=xp)
+        return data, inv, None
+
+    def dequantized(self, elems: Any, enc: Encoded, xp: ArrayNamespace) -> Any:
+        """This family's `dequantized` (see `Quantizer`)."""
+        return elems * enc.scales
+
+    def scale_grid(self, shape: tuple[Any, Any]) -> tuple[tuple[Any, ...], str]:
+        """This family's `scale_grid` (see `Quantizer`)."""
+        return (), "float32"
+
+    def encoded(self, elems: Any, scales: Any, tensor_scale: Any) -> Encoded:
+        """This family's `encoded` (see `Quantizer`)."""
+        return Encoded(elems, scales, None)
+
+
+@dataclass(frozen=True)
+class Fp8BlockQuantizer(Quantizer):
+    r"""FP8 with a float32 scale per slice along `axis`, per 1-D block or per square tile.
+
+    Per block $s = m_{fp8} / \max(\mathrm{amax}_b, \epsilon)$
+    ([blockwise_scales][normlab.precision.block_scales.blockwise_scales]: 1 for a block
+    whose amax is 0, inf or NaN, or NaN for the last two with `nonfinite_nan`; the input
+    dtype's max for an overflowing quotient), a power of two with `pow2`, elements
+    `sat_round(w * s)`, values `elements * float32(1 / s)`.
+
+    Attributes
+    ----------
+    size : int
+        Block length along `axis`; 0 for one block spanning the whole axis (a scale per
+        row of the operand's other axis: torchao's axiswise granularity). Square `size` x
+        `size` tiles with `tile`.
+    tile : bool
+        Square tiles (blockwise FP8 weights) instead of 1-D blocks.
+    pow2 : bool
+        Power-of-two scales.
+    epsilon : float
+        The amax lower bound.
+    nonfinite_nan : bool
+        A block holding an inf or a NaN becomes all NaN (torchao) instead of saturating.
+    """
+
+    size: int = 128
+    tile: bool = False
+    pow2: bool = False
+    epsilon: float = 0.0
+    nonfinite_nan: bool = False
+
+    family: ClassVar[str] = "fp8_block"
+
+    @property
+    def granularity(self) -> str:
+        """`"tile"`, `"block"` or `"axis"` (one scale per slice along `axis`)."""
+        if self.tile:
+            return "tile"
+        return "block" if self.size else "axis"
+
+    @property
+    def block(self) -> tuple[int, int]:
+        """This family's `block` (see `Quantizer`); 0 stands for the whole axis."""
+        if self.tile:
+            return (self.size, self.size)
+        return (self.size, 1) if self.axis == 0 else (1, self.size)
+
+    @property
+    def scales_transposed(self) -> bool:
+        """This family's `scales_transposed` (see `Quantizer`)."""
+        return not self.tile and self.axis == 0
+
+    def _block_of(self, moved: Any) -> tuple[int, int]:
+        """The block of the operand as `quantized` moves it (1-D blocks along its rows)."""
+        if self.tile:
+            return (self.size, self.size)
+        return (1, self.size or max(int(moved.shape[1]), 1))
+
+    def quantized(self, w: Any, scale: Any, xp: ArrayNamespace) -> tuple[Any, Any, Any]:
+        """This family's `quantized` (see `Quantizer`)."""
+        moved = xp.moveaxis(w, 0, 1) if self.scales_transposed else w
+        data, _, inv = core.blockwise_quantize_parts(moved, self.fmt, block=self._block_of(moved),
+                                                     epsilon=self.epsilon,
+                                                     power_of_2_scales=self.pow2,
+                                                     nonfinite_nan=self.nonfinite_nan, xp=xp)
+        return (xp.moveaxis(data, 0, 1) if self.scales_transposed else data), inv, None
+
+    def dequantized(self, elems: Any, enc: Encoded, xp: ArrayNamespace) -> Any:
+        """This family's `dequantized` (see `Quantizer`)."""
+        moved = xp.moveaxis(elems, 0, 1) if self.scales_transposed else elems
+        out = core.blockwise_dequantize_values(moved, enc.scales, block=self._block_of(moved),
+                                               xp=xp)
+        return xp.moveaxis(out, 0, 1) if self.scales_transposed else out
+
+    def values(self, w: Any, scale: Any, seed: int | None, xp: ArrayNamespace) -> Any:
+        """This family's `values` (see `Quantizer`)."""
+        data, inv, _ = self.quantized(w, scale, xp)
+        return self.dequantized(data, Encoded(None, inv), xp)
+
+    def scale_grid(self, shape: tuple[Any, Any]) -> tuple[tuple[Any, ...], str]:
+        """This family's `scale_grid` (see `Quantizer`)."""
+        r, c = shape
+        k = self.size
+        if self.tile:
+            return (_cdiv(r, k), _cdiv(c, k)), "float32"
+        if k == 0:
+            return ((r, 1) if self.axis == 1 else (c, 1)), "float32"
+        return ((r, _cdiv(c, k)) if self.axis == 1 else (c, _cdiv(r, k))), "float32"
+
+    def encoded(self, elems: Any, scales: Any, tensor_scale: Any) -> Encoded:
+        """This family's `encoded` (see `Quantizer`)."""
+        return Encoded(elems, scales, None)
+
+
+@dataclass(frozen=True)
+class MXQuantizer(Quantizer):
+    """OCP Microscaling: an E8M0 scale per `size` elements along `axis`.
+
+    Attributes
+    ----------
+    size : int
+        Elements per scale.
+    rule : {"ocp", "round_up"}
+        The scale rule ([mx_scale_codes][normlab.precision.block_scales.mx_scale_codes]).
+    """
+
+    size: int = 32
+    rule: str = "ocp"
+
+    family: ClassVar[str] = "mx"
+    columns_first_off_cpu: ClassVar[bool] = True
+
+    @property
+    def block(self) -> tuple[int, int]:
+        """This family's `block` (see `Quantizer`)."""
+        return (self.size, 1) if self.axis == 0 else (1, self.size)
+
+    def quantized(self, w: Any, scale: Any, xp: ArrayNamespace) -> tuple[Any, Any, Any]:
+        """This family's `quantized` (see `Quantizer`)."""
+        elems, codes = core.mx_quantize_parts(w, self.fmt, block_size=self.size,
+                                              axis=self.axis, rule=self.rule, xp=xp)
+        return elems, xp.astype(codes, "uint8"), None
+
+    def values(self, w: Any, scale: Any, seed: int | None, xp: ArrayNamespace) -> Any:
+        """This family's `values` (see `Quantizer`)."""
+        elems, codes = core.mx_quantize_parts(w, self.fmt, block_size=self.size,
+                                              axis=self.axis, rule=self.rule, xp=xp)
+        return core.mx_dequantize_values(elems, codes, block_size=self.size, axis=self.axis,
+                                         xp=xp)
+
+    def dequantized(self, elems: Any, enc: Encoded, xp: ArrayNamespace) -> Any:
+        """This family's `dequantized` (see `Quantizer`)."""
+        return core.mx_dequantize_values(elems, xp.astype(enc.scales, "int32"),
+                                         block_size=self.size, axis=self.axis, xp=xp)
+
+    def scale_grid(self, shape: tuple[Any, Any]) -> tuple[tuple[Any, ...], str]:
+        """This family's `scale_grid` (see `Quantizer`)."""
+        r, c = shape
+        return ((r, _cdiv(c, self.size)) if self.axis == 1
+                else (_cdiv(r, self.size), c)), "uint8"
+
+    def encoded(self, elems: Any, scales: Any, tensor_scale: Any) -> Encoded:
+        """This family's `encoded` (see `Quantizer`)."""
+        return Encoded(elems, scales, None)
+
+
+@dataclass(frozen=True)
+class NVFP4Quantizer(Quantizer):
+    """NVFP4: E2M1 elements, an E4M3 scale per 16 elements along `axis` (or per 16 x 16
+    tile), a float32 tensor scale; stochastic rounding with `seed`.
+
+    Attributes
+    ----------
+    tile : bool
+        16 x 16 tiles (weights of the recipe's `two_d_weights`) instead of 1 x 16 blocks.
+    """
+
+    fmt: Format = FLOAT4_E2M1FN
+    axis: int = 1
+    tile: bool = False
+
+    family: ClassVar[str] = "nvfp4"
+    stochastic: ClassVar[bool] = True
+    packed: ClassVar[bool] = True
+    columns_first_off_cpu: ClassVar[bool] = True
+    size: ClassVar[int] = 16
+
+    @property
+    def block(self) -> tuple[int, int]:
+        """This family's `block` (see `Quantizer`)."""
+        if self.tile:
+            return (16, 16)
+        return (16, 1) if self.axis == 0 else (1, 16)
+
+    def _layout(self) -> tuple[tuple[int, ...], int]:
+        return ((16, 16), -1) if self.tile else ((16,), self.axis)
+
+    def values(self, w: Any, scale: Any, seed: int | None, xp: ArrayNamespace) -> Any:
+        """This family's `values` (see `Quantizer`)."""
+        block, axis = self._layout()
+        rounding = "nearest" if seed is None else "stochastic"
+        parts = core.nvfp4_quantize_parts(w, block=block, axis=axis, rounding=rounding,
+                                          seed=seed, xp=xp)
+        return core.nvfp4_dequantize_values(*parts, block=block, axis=axis, xp=xp)
+
+    def quantized(self, w: Any, scale: Any, xp: ArrayNamespace) -> tuple[Any, Any, Any]:
+        """This family's `quantized` (see `Quantizer`)."""
+        block, axis = self._layout()
+        elems, s_b, tensor_scale = core.nvfp4_quantize_parts(w, block=block, axis=axis, xp=xp)
+        return elems, element_codes(s_b, FLOAT8_E4M3FN, xp), tensor_scale
+
+    def dequantized(self, elems: Any, enc: Encoded, xp: ArrayNamespace) -> Any:
+        """This family's `dequantized` (see `Quantizer`)."""
+        block, axis = self._layout()
+        s_b = element_values(enc.scales, FLOAT8_E4M3FN, xp)
+        grid = s_b if self.tile else xp.moveaxis(s_b, axis, -1)
+        moved = xp.moveaxis(elems, axis, -1)
+        nan = blocks.spread(xp.isnan(grid), block, tuple(moved.shape), xp=xp)
+        elems = xp.moveaxis(xp.where(nan, xp.scalar(float("nan"), moved), moved), -1, axis)
+        return core.nvfp4_dequantize_values(elems, s_b, enc.tensor_scale, block=block,
+                                            axis=axis, xp=xp)
+
+    def scale_grid(self, shape: tuple[Any, Any]) -> tuple[tuple[Any, ...], str]:
+        """This family's `scale_grid` (see `Quantizer`)."""
+        r, c = shape
+        if self.tile:
+            return (_cdiv(r, 16), _cdiv(c, 16)), "uint8"
+        return ((r, _cdiv(c, 16)) if self.axis == 1 else (_cdiv(r, 16), c)), "uint8"
+
+    def tensor_scale_shape(self) -> tuple[int, ...]:
+        """This family's `tensor_scale_shape` (see `Quantizer`)."""
+        return ()
