@@ -224,6 +224,14 @@ def check_bool(value: Any, name: str) -> bool:
     return bool(value)
 
 
+def check_amax_epsilon(value: Any) -> float:
+    """`amax_epsilon`, the amax lower bound of the scaled recipes: a finite real >= 0."""
+    eps = check_finite_real(value, "amax_epsilon")
+    if eps < 0:
+        raise ValueError(f"amax_epsilon must be >= 0; got {value!r}")
+    return eps
+
+
 def scalar_item(value: Any, name: str, *, allow_one_element: bool = False) -> Any:
     """Unwrap a 0-d array (what `np.load` returns for a saved scalar) to a Python scalar.
 

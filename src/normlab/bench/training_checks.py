@@ -81,6 +81,11 @@ def _current(r: Any, t: np.ndarray, weight: bool) -> np.ndarray:
     return p.quantize_current_scaling(t, r.format_for("forward"), margin=r.margin).dequantize()
 
 
+def _rowwise(r: Any, t: np.ndarray, weight: bool) -> np.ndarray:
+    return p.quantize_current_scaling(t, r.format_for("forward"), amax_epsilon=1e-12,
+                                      power_of_2_scales=True, axis=-1).dequantize()
+
+
 def _mx(r: Any, t: np.ndarray, weight: bool) -> np.ndarray:
     return p.mx_quantize(t, r.format_for("forward"), block_size=r.block_size,
                          pad=True).dequantize()
@@ -98,7 +103,8 @@ def _blockwise(r: Any, t: np.ndarray, weight: bool) -> np.ndarray:
 
 
 _REFERENCES: dict[type, _Operand] = {
-    nt.Bf16Recipe: _bf16, nt.Fp8CurrentRecipe: _current, nt.MXRecipe: _mx,
+    nt.Bf16Recipe: _bf16, nt.Fp8CurrentRecipe: _current, nt.Fp8RowwiseRecipe: _rowwise,
+    nt.MXRecipe: _mx,
     nt.NVFP4Recipe: _nvfp4, nt.BlockwiseFp8Recipe: _blockwise}
 """The check's oracle: each recipe's forward operands by its public NumPy function, written
 apart from the quantizers the layer runs (delayed scaling: `_delayed`)."""

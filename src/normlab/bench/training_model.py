@@ -177,7 +177,9 @@ def recipes() -> dict[str, Any]:
         Name -> a `normlab.torch` training recipe.
     """
     return {"Bf16": nt.Bf16Recipe(), "FP8 delayed": nt.Fp8DelayedRecipe(),
-            "FP8 current": nt.Fp8CurrentRecipe(), "Blockwise FP8": nt.BlockwiseFp8Recipe(),
+            "FP8 current": nt.Fp8CurrentRecipe(), "FP8 rowwise": nt.Fp8RowwiseRecipe(),
+            "FP8 rowwise, wgrad high": nt.Fp8RowwiseRecipe(grad_weight_high_precision=True),
+            "Blockwise FP8": nt.BlockwiseFp8Recipe(),
             "MX": nt.MXRecipe(), "NVFP4": nt.NVFP4Recipe()}
 
 

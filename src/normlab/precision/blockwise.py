@@ -31,9 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
-from normlab._validate import as_float_array, check_finite_real
+from normlab._validate import as_float_array, check_amax_epsilon, check_bool
 from normlab.precision import recipe_core as core
 from normlab.precision.blocks import check_block_shape
 from normlab.precision.formats import Format, get_format
@@ -130,11 +128,8 @@ def blockwise_tensor(x: Any, fmt: Format, block_shape: Any, power_of_2_scales: A
     NumPy array or a tensor) whose type the caller checked: the remaining checks, then the
     shared steps."""
     block = check_block_shape(block_shape, len(x.shape))
-    eps = check_finite_real(amax_epsilon, "amax_epsilon")
-    if eps < 0:
-        raise ValueError(f"amax_epsilon must be >= 0; got {amax_epsilon!r}")
-    if not isinstance(power_of_2_scales, (bool, np.bool_)):
-        raise TypeError(f"power_of_2_scales must be a bool; got {power_of_2_scales!r}")
+    eps = check_amax_epsilon(amax_epsilon)
+    pow2 = check_bool(power_of_2_scales, "power_of_2_scales")
     data, scales, inv = core.blockwise_quantize_parts(
-        x, fmt, block=block, epsilon=eps, power_of_2_scales=bool(power_of_2_scales), xp=xp)
+        x, fmt, block=block, epsilon=eps, power_of_2_scales=pow2, xp=xp)
     return BlockwiseTensor(data, scales, inv, fmt, block)

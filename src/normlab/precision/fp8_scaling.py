@@ -33,7 +33,13 @@ from typing import Any
 
 import numpy as np
 
-from normlab._validate import as_float_array, check_finite_real, check_int
+from normlab._validate import (
+    as_float_array,
+    check_amax_epsilon,
+    check_bool,
+    check_finite_real,
+    check_int,
+)
 from normlab.precision import recipe_core as core
 from normlab.precision import scales
 from normlab.precision.formats import Format, get_format
@@ -243,13 +249,10 @@ def current_scale_of(x: Any, fmt: Format, margin: Any, amax_epsilon: Any,
                              f"{ndim} dimensions; got {axis!r}")
         axis = a % ndim
     m = check_int(margin, "margin")
-    eps = check_finite_real(amax_epsilon, "amax_epsilon")
-    if eps < 0:
-        raise ValueError(f"amax_epsilon must be >= 0; got {amax_epsilon!r}")
-    if not isinstance(power_of_2_scales, (bool, np.bool_)):
-        raise TypeError(f"power_of_2_scales must be a bool; got {power_of_2_scales!r}")
-    return core.current_scale(x, fmt, margin=m, epsilon=eps,
-                              power_of_2_scales=bool(power_of_2_scales), axis=axis, xp=xp)
+    eps = check_amax_epsilon(amax_epsilon)
+    pow2 = check_bool(power_of_2_scales, "power_of_2_scales")
+    return core.current_scale(x, fmt, margin=m, epsilon=eps, power_of_2_scales=pow2,
+                              axis=axis, xp=xp)
 
 
 @dataclass

@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 from typing import Any, ClassVar
 
-from normlab._validate import check_finite_real
+from normlab._validate import check_amax_epsilon
 from normlab.precision.formats import Format
 from normlab.precision.quantizers import Quantizer
 from normlab.precision.recipe_formats import FP8_FORMATS
@@ -28,9 +28,10 @@ OPERANDS = ("x", "w", "dy")
 
 
 def check_bool(value: object, name: str) -> None:
-    """Raise TypeError unless `value` is a bool (the message names the field `name`)."""
+    """Raise TypeError unless the field `name` holds a Python bool (a recipe is hashed and
+    compared; a NumPy bool would compare equal but not keep its type)."""
     if not isinstance(value, bool):
-        raise TypeError(f"{name} must be a bool; got {value!r}")
+        raise TypeError(f"{name} must be a bool (True or False); got {value!r}")
 
 
 def upper_fp8_format(recipe: object) -> None:
@@ -43,8 +44,7 @@ def upper_fp8_format(recipe: object) -> None:
 
 def check_epsilon(value: Any) -> None:
     """Raise unless `amax_epsilon` is a finite real >= 0."""
-    if check_finite_real(value, "amax_epsilon") < 0:
-        raise ValueError(f"amax_epsilon must be >= 0; got {value!r}")
+    check_amax_epsilon(value)
 
 
 def grad_role(role: str) -> str:
