@@ -11,7 +11,7 @@ Zamirai et al., "Revisiting BFloat16 Training", 2020 (stochastic rounding, Kahan
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -27,9 +27,28 @@ from normlab._validate import (
 from normlab.precision.formats import Format, get_format
 from normlab.precision.rounding import quantize
 
-__all__ = ["LowPrecisionUpdater"]
+__all__ = ["LowPrecisionUpdater", "kahan_add"]
 
 _UPDATE_MODES = ("nearest", "stochastic", "kahan")
+
+
+def kahan_add(w: Any, delta: Any, c: Any, rnd: Callable[[Any], Any]) -> tuple[Any, Any]:
+    """Kahan's compensated `w + delta` in a low-precision format, on any array type.
+
+    `y = rnd(delta - c)`, `s = rnd(w + y)`, new compensation `rnd(rnd(s - w) - y)`:
+    what the rounding `rnd` dropped from this step is carried into the next (Zamirai et
+    al. 2020). The NumPy updater and the torch AdamW both call this.
+
+    Returns
+    -------
+    new : array
+        `s`, the updated weights.
+    compensation : array
+        The new compensation.
+    """
+    y = rnd(delta - c)
+    s = rnd(w + y)
+    return s, rnd(rnd(s - w) - y)
 
 
 class LowPrecisionUpdater:
@@ -112,10 +131,7 @@ class LowPrecisionUpdater:
         w64, d64 = w.astype(np.float64), d.astype(np.float64)
         if self.mode == "kahan":
             c = self.compensation(weights)
-            y = self._q(d64 - c)
-            s = self._q(w64 + y)
-            c[...] = self._q(self._q(s - w64) - y)
-            new = s
+            new, c[...] = kahan_add(w64, d64, c, self._q)
         else:
             new = self._q(w64 + d64, self.mode)
         weights[...] = new.astype(weights.dtype)

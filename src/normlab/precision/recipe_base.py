@@ -3,7 +3,7 @@
 A training recipe ([normlab.precision.recipes][]) is frozen settings. Its
 `make_quantizer(role, axis)` is the one place that decides which
 [Quantizer][normlab.precision.quantizers.Quantizer] a GEMM operand gets (x, W or dy,
-blocked along the GEMM's contraction axis); `Recipe.quantizer` validates and caches it.
+blocked along the GEMM's contraction axis); `Recipe.quantizer` checks its arguments and returns it.
 The class attributes say what else a training layer keeps for the recipe (delayed-scaling
 state, stochastic gradients, amax reduction, a Hadamard transform); the layer reads them
 and never tests a recipe's class. The validation shared by the recipes' settings lives
@@ -12,7 +12,6 @@ here too, written once.
 
 from __future__ import annotations
 
-import functools
 from typing import Any, ClassVar
 
 from normlab._validate import check_amax_epsilon
@@ -52,11 +51,6 @@ def grad_role(role: str) -> str:
     return "backward" if role == "dy" else "forward"
 
 
-@functools.lru_cache(maxsize=1024)
-def _quantizer(recipe: Recipe, role: str, axis: int) -> Quantizer:
-    return recipe.make_quantizer(role, axis)
-
-
 class Recipe:
     """The base of the training recipes: frozen settings that name each operand's quantizer.
 
@@ -87,7 +81,7 @@ class Recipe:
 
     def quantizer(self, role: str, axis: int) -> Quantizer:
         """The quantizer of operand `role` (`"x"`, `"w"` or `"dy"`) for a GEMM contracting
-        its `axis` (0 or 1), cached.
+        its `axis` (0 or 1), checked (a training layer keeps its six).
 
         Raises
         ------
@@ -104,7 +98,7 @@ class Recipe:
             raise ValueError(f"role must be one of {OPERANDS}; got {role!r}")
         if axis not in (0, 1):
             raise ValueError(f"axis must be 0 or 1; got {axis!r}")
-        return _quantizer(self, role, axis)
+        return self.make_quantizer(role, axis)
 
     @property
     def hadamard_seed(self) -> int | None:

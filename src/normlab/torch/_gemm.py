@@ -8,7 +8,8 @@ Dimension letters: M rows (batch x tokens), K in_features, N out_features.
 
 `q(t)_A` is `t` quantised with blocks along A, the GEMM's contraction dimension.
 Every operand is `q(t)` of the quantizer the recipe names for its role and axis
-(`recipe.quantizer(role, axis)`, [normlab.precision.quantizers][]); this module asks the
+(`recipe.quantizer(role, axis)`, [normlab.precision.quantizers][], kept by the layer as
+`layer.quantizers`); this module asks the
 quantizer, never the recipe's class. Quantizers without blocks (elementwise rounding, one
 per-tensor scale) quantise x and W once in forward and dy once in backward (their values do
 not depend on the axis). Products are float32 matmuls of the dequantised operands: exact
@@ -67,17 +68,19 @@ def quantize_operand(layer: Any, t: torch.Tensor, role: str, axis: int, *,
     a per-tensor scale gets the layer's (delayed scaling: the current scale, amax(t)
     recorded; current scaling: the scale of amax(t)).
     """
-    q = layer.recipe.quantizer(role, axis)
+    q = layer.quantizers[role, axis]
     scale = layer.operand_scale(t, ROLES.index(role)) if q.takes_scale else None
     return opaque.fake(t, q, scale=scale, step=step, stream=layer.seed, which=which,
                        hadamard=hadamard)
 
 
-def one_quantization(recipe: Any, role: str) -> Quantizer | None:
+def one_quantization(quantizers: dict[tuple[str, int], Quantizer],
+                     role: str) -> Quantizer | None:
     """The quantizer that serves both GEMMs of operand `role` (the same on both axes and
-    without blocks, so its values do not depend on the axis), or None."""
-    q = recipe.quantizer(role, 0)
-    return q if q.axis_free and q == recipe.quantizer(role, 1) else None
+    without blocks, so its values do not depend on the axis), or None; `quantizers` maps
+    (role, axis) to the recipe's quantizer."""
+    q = quantizers[role, 0]
+    return q if q.axis_free and q == quantizers[role, 1] else None
 
 
 def _hadamard(layer: Any) -> torch.Tensor | None:
@@ -115,7 +118,7 @@ class SavedOperand:
 def saved_wgrad_operand(layer: Any, x: torch.Tensor) -> SavedOperand:
     """q(x)_M of `x` (M, K) as codes plus scales; per-tensor recipes use the scale of x's
     forward quantisation (call this after it)."""
-    spec = layer.recipe.quantizer("x", 0)
+    spec = layer.quantizers["x", 0]
     scale = layer.scale[0].clone() if spec.takes_scale else None
     hadamard = _hadamard(layer)
     parts = opaque.encode(x, spec, scale=scale, hadamard=hadamard)
@@ -131,7 +134,7 @@ def x_operands(layer: Any, x: torch.Tensor, keep: bool
     Where one quantisation serves both GEMMs (a quantizer whose values do not depend on the
     axis), the values and the saved codes come from one pass over x.
     """
-    spec = one_quantization(layer.recipe, "x")
+    spec = layer.one_quantization["x"]
     if not (keep and spec is not None):
         qx = quantize_operand(layer, x, "x", axis=1)
         return qx, saved_wgrad_operand(layer, x) if keep else None
@@ -149,7 +152,7 @@ def forward_operands(layer: Any, x: torch.Tensor, w: torch.Tensor, *, keep: bool
     scaled recipes, the scale W was quantised with."""
     qx, saved = x_operands(layer, x, keep)
     qw = quantize_operand(layer, w, "w", axis=1)
-    w_scale = layer.scale[1].clone() if layer.recipe.quantizer("w", 1).takes_scale else None
+    w_scale = layer.scale[1].clone() if layer.quantizers["w", 1].takes_scale else None
     return qx, qw, saved, w_scale
 
 
@@ -168,7 +171,7 @@ def backward_operands(layer: Any, dy: torch.Tensor, w: torch.Tensor,
     """
     r = layer.recipe
     x_m = saved.values() if wgrad and saved is not None else None
-    if one_quantization(r, "dy") is not None:
+    if layer.one_quantization["dy"] is not None:
         qdy = quantize_operand(layer, dy, "dy", axis=0)  # M,N
         w_n = _w_for_dgrad(layer, w, w_scale) if dgrad else None
         return qdy, w_n, qdy, x_m
@@ -186,7 +189,7 @@ def backward_operands(layer: Any, dy: torch.Tensor, w: torch.Tensor,
 def _w_for_dgrad(layer: Any, w: torch.Tensor, w_scale: torch.Tensor | None) -> torch.Tensor:
     """q(W)_N: with the forward's quantizer and scale where one quantisation serves both
     GEMMs (no amax recorded again), else quantised for dgrad."""
-    q = one_quantization(layer.recipe, "w")
+    q = layer.one_quantization["w"]
     if q is not None:
         return opaque.fake(w, q, scale=w_scale)
     return quantize_operand(layer, w, "w", 0)

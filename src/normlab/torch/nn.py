@@ -47,7 +47,7 @@ from normlab.precision.hadamard import rht_matrix
 from normlab.precision.recipes import Recipe, check_recipe
 from normlab.torch import _operand_ops as opaque
 from normlab.torch._extra_state import pack_extra_state, unpack_extra_state
-from normlab.torch._gemm import ROLES, QuantLinearFunction
+from normlab.torch._gemm import ROLES, QuantLinearFunction, one_quantization
 from normlab.torch.distributed import reduce_amax
 from normlab.torch.namespace import TORCH
 from normlab.torch.recompute import recomputing
@@ -112,6 +112,11 @@ class QuantLinear(torch.nn.Linear):
         n = check_int(out_features, "out_features", minimum=1)
         # set before torch.nn.Linear.__init__, which calls reset_parameters -> _init_state
         self.recipe = check_recipe(recipe)
+        # the six operand quantizers, decided by the recipe once (the GEMMs read them)
+        self.quantizers = {(role, axis): self.recipe.quantizer(role, axis)
+                           for role in ROLES for axis in (0, 1)}
+        self.one_quantization = {role: one_quantization(self.quantizers, role)
+                                 for role in ROLES}
         self.process_group = process_group
         self.seed_stream = check_int(seed_stream, "seed_stream")
         super().__init__(k, n, bias, device=device, dtype=dtype)
@@ -130,7 +135,7 @@ class QuantLinear(torch.nn.Linear):
         self.rounding_counter = torch.zeros((), dtype=torch.int64)
         if r.delayed:
             self.amax_history = torch.zeros(len(ROLES), r.amax_history_len, **f32)
-        if any(r.quantizer(role, axis).takes_scale for role in ROLES for axis in (0, 1)):
+        if any(q.takes_scale for q in self.quantizers.values()):
             self.scale = torch.ones(len(ROLES), **f32)  # per-tensor scales, delayed or current
         if r.hadamard_seed is not None:  # the random Hadamard transform of the wgrad inputs
             m = torch.from_numpy(rht_matrix(16, r.hadamard_seed % 2**64)).to(**f32)  # 16,16
@@ -244,7 +249,7 @@ class QuantLinear(torch.nn.Linear):
         r = self.recipe
         assert self.scale is not None
         if not r.delayed:
-            fmt = r.quantizer(ROLES[index], 1).fmt
+            fmt = self.quantizers[ROLES[index], 1].fmt
             amax = self.reduce(opaque.tensor_amax(t).reshape(1).to(torch.float32))  # 1
             self.scale[index] = r.scale_from_amax(amax[0], fmt, xp=TORCH)
             return self.scale[index]
@@ -306,7 +311,7 @@ class QuantLinear(torch.nn.Linear):
         # x and W share the forward format, dy has the backward one
         for rows, role in ((slice(0, 2), "x"), (slice(2, 3), "dy")):
             history, scale = r.delayed_update(self.amax_history[rows], self.scale[rows],
-                                              r.quantizer(role, 1).fmt, xp=TORCH)
+                                              self.quantizers[role, 1].fmt, xp=TORCH)
             self.amax_history[rows] = history  # 2,L or 1,L
             self.scale[rows] = scale
         self.pending = False

@@ -33,6 +33,7 @@ import torch
 
 from normlab._validate import check_finite_real, check_generator
 from normlab.precision.formats import Format, get_format
+from normlab.precision.lowp_update import kahan_add
 from normlab.torch.quantize import quantize
 
 __all__ = ["PARAM_ROUNDINGS", "AdamW"]
@@ -234,12 +235,9 @@ class AdamW(torch.optim.Optimizer):
             delta = delta - w * (lr * wd)
         w64, d64 = w.to(torch.float64), delta.to(torch.float64)
         if self.param_rounding == "kahan":
-            c = st["compensation"].to(torch.float64)
-            y = self._round(d64 - c, fmt, False)
-            s = self._round(w64 + y, fmt, False)
-            st["compensation"].copy_(self._round(self._round(s - w64, fmt, False) - y, fmt,
-                                                 False))
-            new = s
+            new, comp = kahan_add(w64, d64, st["compensation"].to(torch.float64),
+                                  lambda a: self._round(a, fmt, False))
+            st["compensation"].copy_(comp)
         else:
             new = self._round(w64 + d64, fmt, self.param_rounding == "stochastic")
         p.copy_(new.to(p.dtype))
