@@ -12,6 +12,7 @@ layer, the benchmark, the numerics inspector) asks the quantizer, never the reci
 | family | class | scales | recipes |
 |---|---|---|---|
 | elementwise rounding | `RoundQuantizer` | none | Bf16 |
+| none (the operand as it is) | `IdentityQuantizer` | none | rowwise, wgrad high |
 | FP8, whole tensor | `Fp8TensorQuantizer` | one float32, given | FP8 delayed, current |
 | FP8, per row, 1-D block or tile | `Fp8BlockQuantizer` | float32 each | blockwise, rowwise |
 | MX | `MXQuantizer` | E8M0 per block | MX |
@@ -33,7 +34,7 @@ from typing import Any, ClassVar
 
 from normlab.precision import blocks
 from normlab.precision import recipe_core as core
-from normlab.precision.formats import FLOAT4_E2M1FN, FLOAT8_E4M3FN, Format
+from normlab.precision.formats import FLOAT4_E2M1FN, FLOAT8_E4M3FN, FLOAT32, Format
 from normlab.precision.namespace import ArrayNamespace
 from normlab.precision.operand_codes import Encoded, element_codes, element_values
 from normlab.precision.recipe_formats import mx_element_format
@@ -41,6 +42,7 @@ from normlab.precision.recipe_formats import mx_element_format
 __all__ = [
     "Fp8BlockQuantizer",
     "Fp8TensorQuantizer",
+    "IdentityQuantizer",
     "MXQuantizer",
     "NVFP4Quantizer",
     "Quantizer",
@@ -162,6 +164,11 @@ class Quantizer:
         """The `Encoded` parts of an operand (None where the family stores none)."""
         return Encoded(elems, scales, tensor_scale)
 
+    def for_input(self, fmt: Format | None) -> Quantizer:
+        """The quantizer to run on an operand held in `fmt` (None: another dtype, such as
+        float64): itself, but for a family that depends on its input's format."""
+        return self
+
 
 def _cdiv(a: Any, b: int) -> Any:
     return (a + b - 1) // b
@@ -177,6 +184,41 @@ class RoundQuantizer(Quantizer):
     def values(self, w: Any, scale: Any, seed: int | None, xp: ArrayNamespace) -> Any:
         """This family's `values` (see `Quantizer`)."""
         return xp.astype(xp.quantize(w, self.fmt, saturate=False), "float32")
+
+    def quantized(self, w: Any, scale: Any, xp: ArrayNamespace) -> tuple[Any, Any, Any]:
+        """This family's `quantized` (see `Quantizer`)."""
+        return self.values(w, scale, None, xp), None, None
+
+    def dequantized(self, elems: Any, enc: Encoded, xp: ArrayNamespace) -> Any:
+        """This family's `dequantized` (see `Quantizer`)."""
+        return elems
+
+    def encoded(self, elems: Any, scales: Any, tensor_scale: Any) -> Encoded:
+        """This family's `encoded` (see `Quantizer`)."""
+        return Encoded(elems, None, None)
+
+
+@dataclass(frozen=True)
+class IdentityQuantizer(Quantizer):
+    """No quantisation: the operand as it is (torchao's disabled cast, the weight gradient
+    of its `rowwise_with_gw_hp` recipe).
+
+    It runs as rounding to the operand's own format (`for_input`), which changes nothing
+    and keeps a 16-bit operand in 2 bytes when it is saved for backward.
+    """
+
+    fmt: Format = FLOAT32
+
+    family: ClassVar[str] = "identity"
+    saturates: ClassVar[bool] = False
+
+    def for_input(self, fmt: Format | None) -> Quantizer:
+        """Rounding to `fmt` (float32 for None): the values as they are."""
+        return RoundQuantizer(FLOAT32 if fmt is None else fmt)
+
+    def values(self, w: Any, scale: Any, seed: int | None, xp: ArrayNamespace) -> Any:
+        """This family's `values` (see `Quantizer`): the float32 operand."""
+        return xp.astype(xp.quantize(w, FLOAT32, saturate=False), "float32")
 
     def quantized(self, w: Any, scale: Any, xp: ArrayNamespace) -> tuple[Any, Any, Any]:
         """This family's `quantized` (see `Quantizer`)."""

@@ -15,12 +15,12 @@ from typing import Any, ClassVar
 
 from normlab._validate import check_int
 from normlab.precision import scales
-from normlab.precision.formats import FLOAT32, Format
+from normlab.precision.formats import Format
 from normlab.precision.quantizers import (
     Fp8BlockQuantizer,
     Fp8TensorQuantizer,
+    IdentityQuantizer,
     Quantizer,
-    RoundQuantizer,
 )
 from normlab.precision.recipe_base import (
     Recipe,
@@ -227,12 +227,12 @@ class Fp8RowwiseRecipe(Recipe):
 
     def make_quantizer(self, role: str, axis: int) -> Quantizer:
         """Row-wise E4M3 along the contraction axis; with `grad_weight_high_precision`, W
-        per tensor in dgrad and the unquantised float32 x and dy in wgrad."""
+        per tensor in dgrad and the unquantised x and dy in wgrad."""
         fmt = self.format_for(grad_role(role))
         if self.grad_weight_high_precision and axis == 0:
             if role == "w":  # dgrad: W contracted along N, one scale for the tensor
                 return Fp8TensorQuantizer(fmt)
-            return RoundQuantizer(FLOAT32)  # wgrad: x and dy as they are (float32 values)
+            return IdentityQuantizer()  # wgrad: x and dy as they are
         return Fp8BlockQuantizer(fmt, axis, 0, pow2=True, epsilon=ROWWISE_EPSILON,
                                  nonfinite_nan=True)
 

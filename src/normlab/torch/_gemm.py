@@ -42,6 +42,7 @@ from normlab.precision.quantizers import Quantizer
 from normlab.torch import _operand_ops as opaque
 from normlab.torch import _product_ops as products
 from normlab.torch._operand_ops import stream_seed
+from normlab.torch.formats import get_format
 
 __all__ = [
     "ROLES",
@@ -56,6 +57,7 @@ __all__ = [
 ]
 
 ROLES = ("x", "w", "dy")  # index of each operand in the delayed-scaling state
+_OPERAND_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def quantize_operand(layer: Any, t: torch.Tensor, role: str, axis: int, *,
@@ -68,10 +70,18 @@ def quantize_operand(layer: Any, t: torch.Tensor, role: str, axis: int, *,
     a per-tensor scale gets the layer's (delayed scaling: the current scale, amax(t)
     recorded; current scaling: the scale of amax(t)).
     """
-    q = layer.quantizers[role, axis]
+    q = operand_quantizer(layer, role, axis, t)
     scale = layer.operand_scale(t, ROLES.index(role)) if q.takes_scale else None
     return opaque.fake(t, q, scale=scale, step=step, stream=layer.seed, which=which,
                        hadamard=hadamard)
+
+
+def operand_quantizer(layer: Any, role: str, axis: int, t: torch.Tensor) -> Quantizer:
+    """The layer's quantizer of operand `role` along `axis`, for `t`'s dtype
+    ([Quantizer.for_input][normlab.precision.quantizers.Quantizer.for_input]: an
+    unquantised operand runs as rounding to its own format)."""
+    fmt = get_format(t.dtype) if t.dtype in _OPERAND_DTYPES else None
+    return layer.quantizers[role, axis].for_input(fmt)
 
 
 def one_quantization(quantizers: dict[tuple[str, int], Quantizer],
@@ -118,7 +128,7 @@ class SavedOperand:
 def saved_wgrad_operand(layer: Any, x: torch.Tensor) -> SavedOperand:
     """q(x)_M of `x` (M, K) as codes plus scales; per-tensor recipes use the scale of x's
     forward quantisation (call this after it)."""
-    spec = layer.quantizers["x", 0]
+    spec = operand_quantizer(layer, "x", 0, x)
     scale = layer.scale[0].clone() if spec.takes_scale else None
     hadamard = _hadamard(layer)
     parts = opaque.encode(x, spec, scale=scale, hadamard=hadamard)
