@@ -49,6 +49,7 @@ __all__ = [
 from normlab.torch.conv1d import QuantConv1D
 from normlab.torch.convert import ConvertSummary, convert, unconvert
 from normlab.torch.nn import QuantLinear
+from normlab.torch.numerics import InspectLog, inspect
 from normlab.torch.optim import AdamW
 from normlab.torch.recipes import (
     Bf16Recipe,
@@ -68,11 +69,13 @@ __all__ += [
     "ConvertSummary",
     "Fp8CurrentRecipe",
     "Fp8DelayedRecipe",
+    "InspectLog",
     "MXRecipe",
     "NVFP4Recipe",
     "QuantConv1D",
     "QuantLinear",
     "convert",
+    "inspect",
     "no_quantization",
     "quantization_enabled",
     "training_step",
