@@ -54,15 +54,13 @@ class Quantized:
     ----------
     values : torch.Tensor
         The dequantised operand, shape (R, C): what the GEMM multiplies.
-    elements : torch.Tensor
-        The element values in the recipe's format before the scale is applied, (R, C).
     scales : torch.Tensor or None
-        The dequantisation multipliers, one per block (any shape; one value for per-tensor
-        recipes); None for unscaled rounding.
+        The dequantisation multipliers, one per block, shape (ceil(R / br), ceil(C / bc))
+        for blocks of br x bc (the `block` of the quantizer); one value for per-tensor
+        recipes; None for unscaled rounding.
     """
 
     values: torch.Tensor
-    elements: torch.Tensor
     scales: torch.Tensor | None
 
 
@@ -139,7 +137,7 @@ def operand_quantizer(recipe: Any, role: str, *, layer: Any = None) -> OperandQu
     if isinstance(r, Bf16Recipe):
         def rounded(t: torch.Tensor) -> Quantized:
             v = quantize(t, fmt).to(torch.float32)
-            return Quantized(v, v, None)
+            return Quantized(v, None)
         return OperandQuantizer(label, fmt, None, rounded)
     if isinstance(r, Fp8CurrentRecipe):
         return OperandQuantizer(label, fmt, None, lambda t: _per_tensor(
@@ -170,17 +168,17 @@ def operand_quantizer(recipe: Any, role: str, *, layer: Any = None) -> OperandQu
 
 def _per_tensor(q: Any) -> Quantized:
     inv = torch.as_tensor(q.scale_inv, dtype=torch.float32).reshape(1)
-    return Quantized(q.dequantize().to(torch.float32), q.data, inv)
+    return Quantized(q.dequantize().to(torch.float32), inv)
 
 
 def _block(q: Any, family: str) -> Quantized:
     if family == "mx":
-        scales, elements = q.scales, q.elements
+        scales = q.scales
     elif family == "nvfp4":
-        scales, elements = q.block_scales * q.tensor_scale, q.elements
+        scales = q.block_scales * q.tensor_scale
     else:
-        scales, elements = q.scale_inv, q.data
-    return Quantized(q.dequantize().to(torch.float32), elements, scales.to(torch.float32))
+        scales = q.scale_inv
+    return Quantized(q.dequantize().to(torch.float32), scales.to(torch.float32))
 
 
 def _delayed(r: Fp8DelayedRecipe, role: str, label: str, fmt: Format) -> OperandQuantizer:

@@ -10,10 +10,13 @@ float64 tensors on the operand's device (no host sync).
 
 * `underflow`: of the nonzero finite values of `x`, the fraction whose quantised value is 0
   (0 when `x` has none);
-* `overflow`: of the finite values of `x`, the fraction that saturate (the element is the
-  format's largest magnitude and $|q| < |x|$: the value was clipped) or whose quantised value
-  is not finite (non-saturating rounding beyond the format's range, or a block made NaN by a
-  NaN in it) (0 when `x` has none);
+* `overflow`: of the finite values of `x`, the fraction that saturate or become non-finite:
+  the quantised value is not finite (non-saturating rounding beyond the format's range, or
+  a block made NaN by a NaN in it), or the scaled magnitude $|x| / s$ ($s$ the block's
+  dequantisation multiplier, 1 for unscaled rounding) is at least the format's largest
+  value plus half its spacing there, so that rounding to nearest without a largest value
+  would have gone beyond it: the value was clipped (0 when `x` has no finite value). The
+  block's largest value itself, which rounds to the format's max, does not count;
 * `sqnr_db`: $10 \log_{10}(\sum x^2 / \sum (x - q)^2)$ over the elements where both `x` and `q`
   are finite, in float64; inf when the quantisation is exact there, -inf when the signal is
   0 and the error is not, NaN when there is no such element;
@@ -38,7 +41,7 @@ import torch
 from normlab.precision.formats import Format
 from normlab.torch.numerics._quantizers import Quantized
 
-__all__ = ["MAX_KEYS", "SUM_KEYS", "finish", "raw_stats"]
+__all__ = ["MAX_KEYS", "SUM_KEYS", "clip_level", "finish", "raw_stats"]
 
 SUM_KEYS = ("numel", "nonfinite_n", "finite_n", "nonzero_n", "underflow_n", "overflow_n",
             "compared_n", "signal", "noise")
@@ -62,6 +65,25 @@ def _block_ranges(a: torch.Tensor, block: tuple[int, int]) -> torch.Tensor:
     return torch.where(top > 0, ranges, _NONE)
 
 
+def clip_level(fmt: Format) -> float:
+    """The smallest scaled magnitude that rounds beyond `fmt`'s largest value: max plus half
+    the spacing of the top binade."""
+    return float(fmt.max + 2.0 ** (math.floor(math.log2(fmt.max)) - fmt.mantissa_bits - 1))
+
+
+def _per_element(scales: torch.Tensor | None, block: tuple[int, int] | None,
+                 shape: torch.Size) -> torch.Tensor:
+    """Each element's dequantisation multiplier (float64): its block's, broadcast."""
+    if scales is None:
+        return torch.ones((), dtype=torch.float64)
+    s = scales.to(torch.float64)
+    if block is None:  # one per-tensor scale
+        return s.reshape(())
+    s = s.reshape(-(-shape[0] // block[0]), -(-shape[1] // block[1]))
+    full = s.repeat_interleave(block[0], dim=0).repeat_interleave(block[1], dim=1)
+    return full[: shape[0], : shape[1]]  # R,C
+
+
 def raw_stats(x: torch.Tensor, q: Quantized, fmt: Format,
               block: tuple[int, int] | None) -> tuple[torch.Tensor, torch.Tensor]:
     """The sums (`SUM_KEYS`) and maxima (`MAX_KEYS`) of operand `x` (R, C) quantised as `q`.
@@ -73,7 +95,7 @@ def raw_stats(x: torch.Tensor, q: Quantized, fmt: Format,
     q : Quantized
         Its quantisation.
     fmt : Format
-        The element format (its `max` marks saturated elements).
+        The element format (its `max` and spacing mark saturated elements).
     block : tuple of int or None
         One block's (rows, columns) for the worst block's range; None: not a block recipe.
 
@@ -87,7 +109,7 @@ def raw_stats(x: torch.Tensor, q: Quantized, fmt: Format,
     a = x.abs()
     finite = torch.isfinite(x)
     nonzero = finite & (x != 0)
-    clipped = (q.elements.abs() == fmt.max) & (v.abs() < a)
+    clipped = a.to(torch.float64) >= _per_element(q.scales, block, x.shape) * clip_level(fmt)
     overflow = finite & (~torch.isfinite(v) | clipped)
     both = finite & torch.isfinite(v)
     x64 = torch.where(both, x, 0.0).to(torch.float64)
