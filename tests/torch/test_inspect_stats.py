@@ -12,7 +12,7 @@ in NumPy float64 from the issue's definitions, not with the inspector's helpers:
 * overflow: finite x whose quantised value is not finite, or whose magnitude over its
   block's dequantisation scale reaches max + half the top binade's spacing of the element
   format (448 + 16 = 464 for E4M3, 6 + 1 = 7 for E2M1: rounding would go past the largest
-  value), over finite x;
+  value; a block whose scale is 0 clips nothing), over finite x;
 * sqnr: 10 log10(sum x^2 / sum (x - q)^2) over elements where x and q are finite.
 
 Tolerances: counts and fractions exactly equal (the same integers divided by the same
@@ -45,6 +45,7 @@ def _operands() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     w[4, :16] *= 1e-6  # a tile of tiny weights
     dy = torch.randn(M, N, generator=g) * 1e-3
     dy[:, 7] *= 1e5
+    dy[5] *= 1e-7  # a row whose NVFP4 block scales underflow E4M3 (scale 0)
     return x, w, dy
 
 
@@ -96,7 +97,8 @@ def _expected(recipe, role: str, t: torch.Tensor, meta=None) -> dict:
     with np.errstate(invalid="ignore", over="ignore"):
         top = float(np.ldexp(1.0, int(np.floor(np.log2(fmt.max))) - fmt.mantissa_bits))
         bound = (fmt.max + top / 2) * (s if s is not None else 1.0)
-        over = finite & (~np.isfinite(q) | (np.abs(x) >= bound))
+        clipped = (np.abs(x) >= bound) & (bound > 0)  # a zero scale makes values underflow
+        over = finite & (~np.isfinite(q) | clipped)
     both = finite & np.isfinite(q)
     sig = float((x[both] ** 2).sum())
     err = float(((x[both] - q[both]) ** 2).sum())
@@ -168,6 +170,8 @@ def test_planted_inputs_hit_every_statistic():
     mx = next(r for r in _run(nt.MXRecipe()) if r["tensor"] == "input")
     assert mx["overflow"] > 0  # the inf and NaN make their blocks non-finite
     assert mx["worst_block_range"] > 30
+    fp4 = next(r for r in _run(nt.NVFP4Recipe()) if r["tensor"] == "grad_output")
+    assert fp4["scale_min"] == 0.0 and fp4["underflow"] >= 0.5 * N / (M * N)
 
 
 def test_delayed_scaling_keeps_its_own_history():

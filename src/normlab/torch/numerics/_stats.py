@@ -16,7 +16,8 @@ float64 tensors on the operand's device (no host sync).
   dequantisation multiplier, 1 for unscaled rounding) is at least the format's largest
   value plus half its spacing there, so that rounding to nearest without a largest value
   would have gone beyond it: the value was clipped (0 when `x` has no finite value). The
-  block's largest value itself, which rounds to the format's max, does not count;
+  block's largest value itself, which rounds to the format's max, does not count, nor does
+  a block whose scale is 0 (NVFP4 block scales that underflow E4M3: its values underflow);
 * `sqnr_db`: $10 \log_{10}(\sum x^2 / \sum (x - q)^2)$ over the elements where both `x` and `q`
   are finite, in float64; inf when the quantisation is exact there, -inf when the signal is
   0 and the error is not, NaN when there is no such element;
@@ -109,7 +110,8 @@ def raw_stats(x: torch.Tensor, q: Quantized, fmt: Format,
     a = x.abs()
     finite = torch.isfinite(x)
     nonzero = finite & (x != 0)
-    clipped = a.to(torch.float64) >= _per_element(q.scales, block, x.shape) * clip_level(fmt)
+    scale = _per_element(q.scales, block, x.shape)  # R,C or a scalar
+    clipped = (scale > 0) & (a.to(torch.float64) >= scale * clip_level(fmt))
     overflow = finite & (~torch.isfinite(v) | clipped)
     both = finite & torch.isfinite(v)
     x64 = torch.where(both, x, 0.0).to(torch.float64)
