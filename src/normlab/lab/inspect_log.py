@@ -8,12 +8,14 @@ recipe); [flagged][normlab.lab.inspect_log.flagged] picks, per recipe, the layer
 high precision; [recommendation][normlab.lab.inspect_log.recommendation] prints them as a
 `convert` call ready to paste. Nothing here imports torch or matplotlib.
 
-The rule (fixed before looking at any model): an operand loses information when, averaged
-over the recorded steps, more than `max_lost` (default 1%) of its values underflow or
-overflow, or its median SQNR lies more than `sqnr_margin` dB (default 6 dB: four times the
-error power) below the median SQNR of the same tensor under the same recipe across the
-layers. A layer with such an operand is flagged. The worst-layer ranking sorts by the lost
-fraction, then by the SQNR shortfall.
+The rule (fixed before looking at any model) flags outliers, the layers where a recipe
+does unusually badly, since every operand of a 4-bit recipe loses some values: an operand
+loses information when, averaged over the recorded steps, its lost fraction (underflow +
+overflow) exceeds the median lost fraction of the same tensor under the same recipe across
+the layers by more than `lost_margin` (default 0.02: two percentage points), or its median
+SQNR lies more than `sqnr_margin` dB (default 6 dB: four times the error power) below the
+median SQNR of the same tensor under the same recipe. A layer with such an operand is
+flagged. The worst-operand ranking sorts by the lost fraction, then by the SQNR shortfall.
 """
 
 from __future__ import annotations
@@ -149,19 +151,23 @@ def summarise(records: Iterable[Mapping[str, Any]]) -> list[OperandSummary]:
     return out
 
 
-def _typical(summaries: Sequence[OperandSummary]) -> dict[tuple[str, str], float]:
-    """Median SQNR per (recipe, tensor) across the layers (finite values only)."""
-    groups: dict[tuple[str, str], list[float]] = {}
+def _typical(summaries: Sequence[OperandSummary]) -> dict[tuple[str, str], tuple[float, float]]:
+    """Median lost fraction and median SQNR (finite values) per (recipe, tensor)."""
+    lost: dict[tuple[str, str], list[float]] = {}
+    sqnr: dict[tuple[str, str], list[float]] = {}
     for s in summaries:
+        lost.setdefault((s.recipe, s.tensor), []).append(s.lost)
         if math.isfinite(s.sqnr_db):
-            groups.setdefault((s.recipe, s.tensor), []).append(s.sqnr_db)
-    return {k: statistics.median(v) for k, v in groups.items()}
+            sqnr.setdefault((s.recipe, s.tensor), []).append(s.sqnr_db)
+    return {k: (statistics.median(v), statistics.median(sqnr[k]) if k in sqnr else math.inf)
+            for k, v in lost.items()}
 
 
-def shortfall(s: OperandSummary, typical: Mapping[tuple[str, str], float]) -> float:
+def shortfall(s: OperandSummary, typical: Mapping[tuple[str, str], tuple[float, float]]
+              ) -> float:
     """How many dB the operand's SQNR lies below its recipe's typical one (0 if above)."""
-    ref = typical.get((s.recipe, s.tensor))
-    if ref is None or math.isnan(s.sqnr_db):
+    ref = typical[(s.recipe, s.tensor)][1]
+    if not math.isfinite(ref) or math.isnan(s.sqnr_db):
         return 0.0
     return max(ref - s.sqnr_db, 0.0)
 
@@ -173,7 +179,7 @@ def ranked(summaries: Sequence[OperandSummary]) -> list[tuple[OperandSummary, fl
     return sorted(pairs, key=lambda p: (-p[0].lost, -p[1]))
 
 
-def flagged(summaries: Sequence[OperandSummary], *, max_lost: float = 0.01,
+def flagged(summaries: Sequence[OperandSummary], *, lost_margin: float = 0.02,
             sqnr_margin: float = 6.0) -> dict[str, dict[str, str]]:
     """Per recipe, the layers to keep in high precision and why (module header's rule).
 
@@ -187,10 +193,12 @@ def flagged(summaries: Sequence[OperandSummary], *, max_lost: float = 0.01,
     flags: dict[str, dict[str, str]] = {s.recipe: {} for s in summaries}
     for s in summaries:
         short = shortfall(s, typical)
+        usual = typical[(s.recipe, s.tensor)][0]
         why = []
-        if s.lost > max_lost:
-            why.append(f"{s.tensor} loses {100 * s.lost:.1f}% "
-                       f"(underflow {100 * s.underflow:.1f}%, overflow {100 * s.overflow:.1f}%)")
+        if s.lost > usual + lost_margin:
+            why.append(f"{s.tensor} loses {100 * s.lost:.1f}% (underflow "
+                       f"{100 * s.underflow:.1f}%, overflow {100 * s.overflow:.1f}%; "
+                       f"typical {100 * usual:.1f}%)")
         if short > sqnr_margin:
             why.append(f"{s.tensor} SQNR {s.sqnr_db:.1f} dB, {short:.1f} dB below typical")
         if why:

@@ -129,7 +129,7 @@ def _fmt(v: float | None, pct: bool = False) -> str:
 
 
 def write_report(records: Sequence[Mapping[str, Any]], out: str | Path, *,
-                 max_lost: float = 0.01, sqnr_margin: float = 6.0) -> dict[str, str]:
+                 lost_margin: float = 0.02, sqnr_margin: float = 6.0) -> dict[str, str]:
     """Write `report.html`, `recommendation.py` and `worst_layers.csv` into `out`.
 
     Parameters
@@ -138,7 +138,7 @@ def write_report(records: Sequence[Mapping[str, Any]], out: str | Path, *,
         Inspector records ([read_log][normlab.lab.inspect_log.read_log]).
     out : str or pathlib.Path
         The folder (created with its parents; files of the same names are replaced).
-    max_lost, sqnr_margin : float, optional
+    lost_margin, sqnr_margin : float, optional
         The flagging rule of [flagged][normlab.lab.inspect_log.flagged].
 
     Returns
@@ -149,7 +149,7 @@ def write_report(records: Sequence[Mapping[str, Any]], out: str | Path, *,
     folder = Path(out)
     folder.mkdir(parents=True, exist_ok=True)
     summaries = summarise(records)
-    flags = flagged(summaries, max_lost=max_lost, sqnr_margin=sqnr_margin)
+    flags = flagged(summaries, lost_margin=lost_margin, sqnr_margin=sqnr_margin)
     recs = {recipe: recommendation(recipe, keep) for recipe, keep in flags.items()}
     worst = ranked(summaries)
     parts = ["<!doctype html><html><head><meta charset='utf-8'>",
@@ -161,9 +161,10 @@ def write_report(records: Sequence[Mapping[str, Any]], out: str | Path, *,
              "<h1>Numerics inspector report</h1>",
              f"<p>{len(records)} records, {len(_modules(records))} layers, "
              f"{len({r['step'] for r in records})} recorded steps, {len(flags)} recipe(s). "
-             f"A layer is flagged when an operand loses more than {100 * max_lost:g}% of its "
-             f"values (underflow + overflow, mean over steps) or its median SQNR lies more "
-             f"than {sqnr_margin:g} dB below the recipe's typical SQNR for that tensor.</p>",
+             f"A layer is flagged when an operand loses (underflow + overflow, mean over "
+             f"steps) more than {100 * lost_margin:g} percentage points above the median "
+             f"of that tensor under the recipe across the layers, or its median SQNR lies "
+             f"more than {sqnr_margin:g} dB below the median SQNR.</p>",
              "<h2>Recommendation</h2>"]
     for recipe, keep in flags.items():
         parts.append(f"<h3>{html.escape(recipe)}</h3><p>{len(keep)} layer(s) to keep in high "
@@ -199,7 +200,7 @@ def write_report(records: Sequence[Mapping[str, Any]], out: str | Path, *,
     return recs
 
 
-def run_inspect(log: str | Path, out: str | Path, *, max_lost: float = 0.01,
+def run_inspect(log: str | Path, out: str | Path, *, lost_margin: float = 0.02,
                 sqnr_margin: float = 6.0) -> str:
     """Read `log`, write the report into `out`, return the text the command prints.
 
@@ -213,7 +214,7 @@ def run_inspect(log: str | Path, out: str | Path, *, max_lost: float = 0.01,
     if Path(out).exists() and not Path(out).is_dir():
         raise ValueError(f"--out {str(out)!r} is a file; name a folder")
     records = read_log(log)
-    recs = write_report(records, out, max_lost=max_lost, sqnr_margin=sqnr_margin)
+    recs = write_report(records, out, lost_margin=lost_margin, sqnr_margin=sqnr_margin)
     worst = ranked(summarise(records))[:5]
     lines = ["worst operands (underflow + overflow, SQNR):"]
     lines += [f"  {s.module:30s} {s.tensor:12s} {s.recipe.split('(', 1)[0]:18s} "
