@@ -7,7 +7,7 @@ holds, per recipe, layer x step heatmaps of underflow, overflow and SQNR (one pa
 tensor: input, weight, output gradient), a per-recipe comparison (each layer's worst lost
 fraction and lowest SQNR under every recipe), the table of the worst operands, and the
 layers to keep in high precision, printed as a `convert` mapping ready to paste
-([normlab.lab.inspect_log][] has the rule).
+(`normlab.lab.inspect_log` has the rule).
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ Each record is a plain dict (and a JSON line of `path`):
 
 The exact definitions, edge cases included, are those of `normlab.torch.numerics._stats`.
 `normlab inspect LOG.jsonl --out DIR` turns a log into a report with figures and a
-recommendation ([normlab.lab.inspect_report][]).
+recommendation (`normlab.lab.inspect_report`).
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def inspect(model: torch.nn.Module, recipe: Recipe | Sequence[Recipe] | None, *,
 
     A context manager: inside it, the selected linear layers are watched, and the log it
     yields collects one record per (step, module, tensor, recipe) (the table of
-    [normlab.torch.numerics][]). Call `log.step()` once per optimizer step, after the
+    [InspectLog][normlab.torch.InspectLog]). Call `log.step()` once per optimizer step, after the
     backward pass. Leaving the context removes every hook, finishes a step left open and
     closes the file.
 

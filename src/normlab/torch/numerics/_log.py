@@ -2,7 +2,7 @@
 
 Contract: the hooks hand each recorded operand's raw statistics
 ([raw_stats][normlab.torch.numerics._stats.raw_stats], tensors on the operand's device) to
-`add`; nothing reaches the host until [step][normlab.torch.numerics.InspectLog.step], which
+`add`; nothing reaches the host until [step][normlab.torch.InspectLog.step], which
 finishes the step's records in one transfer, appends them to `records` and writes them to
 the JSON-lines file (flushed, so an interrupted run keeps every finished step).
 
@@ -31,7 +31,7 @@ __all__ = ["InspectLog"]
 class InspectLog:
     """The records of an [inspect][normlab.torch.inspect] run, as it yields them.
 
-    Call [step][normlab.torch.numerics.InspectLog.step] once per optimizer step, after the
+    Call [step][normlab.torch.InspectLog.step] once per optimizer step, after the
     backward pass; the operands of recorded steps (every `every`-th, counting from step 0)
     become one record per (module, tensor, recipe).
 
@@ -39,7 +39,7 @@ class InspectLog:
     ----------
     records : list of dict
         The finished records, in order: `step`, `module`, `tensor`, `recipe`, `format`,
-        `ranks` and the statistics of [normlab.torch.numerics][].
+        `ranks` and the statistics that [inspect][normlab.torch.inspect] lists.
     every : int
         Records every `every`-th step.
     path : str or None
