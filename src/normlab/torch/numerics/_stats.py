@@ -39,7 +39,9 @@ from typing import Any
 
 import torch
 
+from normlab.precision import blocks
 from normlab.precision.formats import Format
+from normlab.torch.namespace import TORCH
 from normlab.torch.numerics._quantizers import Quantized
 
 __all__ = ["MAX_KEYS", "SUM_KEYS", "clip_level", "finish", "raw_stats"]
@@ -56,12 +58,9 @@ _NONE = -math.inf  # a maximum over nothing
 def _block_ranges(a: torch.Tensor, block: tuple[int, int]) -> torch.Tensor:
     """log2(block amax / block min nonzero) of |x| `a` (R, C; non-finite set to 0), per
     block with a nonzero value; -inf for the others."""
-    br, bc = block
-    r, c = a.shape
-    padded = torch.nn.functional.pad(a, (0, (-c) % bc, 0, (-r) % br))  # R',C'
-    blocks = padded.reshape(padded.shape[0] // br, br, padded.shape[1] // bc, bc)
-    top = blocks.amax(dim=(1, 3))  # R'/br, C'/bc
-    low = torch.where(blocks > 0, blocks, torch.inf).amin(dim=(1, 3))
+    tiles = blocks.tile(a, block, xp=TORCH)  # 1,nR,r,nC,c (zero-padded)
+    top = tiles.amax(dim=(2, 4))  # 1,nR,nC
+    low = torch.where(tiles > 0, tiles, torch.inf).amin(dim=(2, 4))
     ranges = torch.log2(top.to(torch.float64)) - torch.log2(low.to(torch.float64))
     return torch.where(top > 0, ranges, _NONE)
 
@@ -80,9 +79,8 @@ def _per_element(scales: torch.Tensor | None, block: tuple[int, int] | None,
     s = scales.to(torch.float64)
     if block is None:  # one per-tensor scale
         return s.reshape(())
-    s = s.reshape(-(-shape[0] // block[0]), -(-shape[1] // block[1]))
-    full = s.repeat_interleave(block[0], dim=0).repeat_interleave(block[1], dim=1)
-    return full[: shape[0], : shape[1]]  # R,C
+    grid = s.reshape(blocks.grid_shape(tuple(shape), block))  # nR,nC
+    return blocks.spread(grid, block, tuple(shape), xp=TORCH)  # R,C
 
 
 def raw_stats(x: torch.Tensor, q: Quantized, fmt: Format,
