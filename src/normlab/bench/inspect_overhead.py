@@ -116,6 +116,7 @@ def format_inspect(section: dict[str, Any], markdown: bool = False) -> str:
     Returns
     -------
     text : str
+        Heading, table, the bit-identity verdict and the legend, one per line.
     """
     i = section["info"]
     head = (f"numerics inspector overhead (normlab.torch.inspect, shadow mode, NVFP4): "

@@ -73,6 +73,7 @@ def read_log(path: str | Path) -> list[dict[str, Any]]:
     Returns
     -------
     records : list of dict
+        One dict per line, in the file's order.
 
     Raises
     ------
