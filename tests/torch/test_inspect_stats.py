@@ -213,3 +213,27 @@ def test_format_names_the_element_format():
     assert {r["tensor"]: r["format"] for r in recs} == {
         "input": get_format("e4m3").name, "weight": get_format("e4m3").name,
         "grad_output": get_format("e5m2").name}
+
+
+def test_converted_mode_reads_a_delayed_layers_own_scales():
+    """A converted delayed-scaling layer that trained one step before the inspector came:
+    the inspected step's operands are quantised with the scales the layer holds (from that
+    earlier step), not with fresh ones (a new history would start at scale 1); expected
+    values from the public fp8_quantize with the layer's scale."""
+    g = torch.Generator().manual_seed(5)
+    net = nt.convert(torch.nn.Sequential(torch.nn.Linear(K, N), torch.nn.Identity()),
+                     nt.Fp8DelayedRecipe(amax_history_len=4))
+    layer = net[0]
+    net(torch.randn(M, K, generator=g) * 30).sum().backward()  # before inspecting
+    x = torch.randn(M, K, generator=g) * 3
+    with nt.inspect(net, None) as log:
+        net(x).sum().backward()
+        log.step()
+    got = {r["tensor"]: r for r in log.records}
+    fmt = layer.recipe.format_for("forward")
+    for tensor, index, t in (("input", 0, x), ("weight", 1, layer.weight.detach())):
+        q = nt.fp8_quantize(t, fmt, layer.scale[index])
+        assert got[tensor]["scale_min"] == float(q.scale_inv) != 1.0
+        x64, q64 = t.numpy().astype(np.float64), q.dequantize().numpy().astype(np.float64)
+        want = 10 * math.log10((x64**2).sum() / ((x64 - q64) ** 2).sum())
+        assert got[tensor]["sqnr_db"] == pytest.approx(want, rel=1e-9)
