@@ -35,6 +35,7 @@ from normlab.precision.recipes import (
     NVFP4Recipe,
     check_recipe,
 )
+from normlab.torch._gemm import ROLES
 from normlab.torch.blockwise import blockwise_quantize
 from normlab.torch.mx import mx_quantize
 from normlab.torch.nvfp4 import nvfp4_quantize
@@ -43,7 +44,7 @@ from normlab.torch.scaling import Fp8Meta, fp8_quantize, quantize_current_scalin
 
 __all__ = ["OperandQuantizer", "Quantized", "operand_quantizer", "recipe_label"]
 
-_ROLE_INDEX = {"x": 0, "w": 1, "dy": 2}  # rows of a QuantLinear's per-tensor scale state
+_ROLE_INDEX = {role: i for i, role in enumerate(ROLES)}  # rows of a layer's scale state
 
 
 @dataclass(frozen=True)
