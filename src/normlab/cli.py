@@ -9,6 +9,7 @@ Subcommands::
     normlab bits VALUE --format NAME [--rounding MODE] [--saturate]
                                             (negative values after --: bits --format e5m2 -- -1e-3)
     normlab bench [ARGS...]
+    normlab inspect LOG.jsonl [--out DIR]
     normlab exercise 16.1|16.2|16.3|16.4
     normlab --version
 
@@ -117,6 +118,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="benchmark the kernels and emulated training "
                            "(arguments go to normlab.bench)")
     bench.add_argument("args", nargs=argparse.REMAINDER, help="arguments for normlab.bench")
+
+    insp = sub.add_parser("inspect", help="report on a numerics-inspector log "
+                          "(normlab.torch.inspect): heatmaps, worst layers, a convert mapping")
+    insp.add_argument("log", help="the JSON-lines file inspect(..., path=...) wrote")
+    insp.add_argument("--out", default="normlab-inspect",
+                      help="output folder (default ./normlab-inspect/)")
 
     ex = sub.add_parser("exercise", help="print the runnable solution of an exercise")
     ex.add_argument("number", choices=EXERCISES, help="exercise number")
@@ -235,6 +242,19 @@ def _report(names: Sequence[str], args: argparse.Namespace, out: str) -> int:
     return status
 
 
+def _inspect(log: str, out: str) -> int:
+    from normlab.lab._deps import require
+
+    try:
+        require("matplotlib")
+        from normlab.lab.inspect_report import run_inspect
+
+        print(run_inspect(log, out))
+    except (ImportError, ValueError) as exc:  # a malformed log (LogError) or a bad --out
+        raise UsageError(str(exc)) from None
+    return 0
+
+
 def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "report":
         return _report(_selection(args.only), args, args.out)
@@ -260,6 +280,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         rest = [a for i, a in enumerate(args.args) if not (i == 0 and a == "--")]
         rc = bench.main(rest)
         return int(rc) if rc is not None else 0
+    if args.command == "inspect":
+        return _inspect(args.log, args.out)
     if args.command == "exercise":
         from normlab.lab.exercises import exercise_text
 

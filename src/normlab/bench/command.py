@@ -8,7 +8,9 @@ Sections (`--only` picks some; all run by default):
 - `torch-quantize`: `normlab.torch.quantize` against its yardsticks
   ([normlab.bench.torch_quantize][]);
 - `training`: emulated low-precision training, step time and saved-for-backward bytes per
-  recipe, torchao beside it ([normlab.bench.training][]).
+  recipe, torchao beside it ([normlab.bench.training][]);
+- `inspect`: the numerics inspector's step against the plain step, `every=1` and
+  `every=10` ([normlab.bench.inspect_overhead][]).
 
 The torch sections run when PyTorch is installed and say so when it is not; this module
 imports PyTorch only then.
@@ -37,7 +39,7 @@ from normlab.bench.timing import other_load
 
 __all__ = ["SECTIONS", "main"]
 
-SECTIONS = ("kernels", "torch-quantize", "training")
+SECTIONS = ("kernels", "torch-quantize", "training", "inspect")
 """The sections of the benchmark, in the order they run."""
 _NO_TORCH = 'skipped: PyTorch is not installed (pip install ".[torch]")'
 
@@ -149,6 +151,14 @@ def _training_section(args: argparse.Namespace) -> dict[str, Any]:
     return section
 
 
+def _inspect_section(args: argparse.Namespace) -> dict[str, Any]:
+    from normlab.bench.inspect_overhead import format_inspect, inspect_section
+
+    section = inspect_section(quick=args.quick, rounds=args.rounds)
+    print(format_inspect(section, args.markdown))
+    return section
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark: in each section, correctness checks first, then the timings.
 
@@ -196,6 +206,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             result["training"] = _training_section(args)
             ok = ok and result["training"]["ok"]
+    if "inspect" in args.only:
+        if torch is None:
+            print("numerics inspector:", _NO_TORCH)
+        else:
+            result["inspect"] = _inspect_section(args)
+            ok = ok and result["inspect"]["ok"]
     result["correct"] = ok
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:

@@ -90,6 +90,8 @@ class Quantizer:
     """Two element codes share a byte (E2M1)."""
     saturates: ClassVar[bool] = True
     """Scaled elements saturate at the format's max (elementwise rounding does not)."""
+    has_scales: ClassVar[bool] = True
+    """The operand carries scales (not so elementwise rounding and the identity)."""
     columns_first_off_cpu: ClassVar[bool] = False
     """Off the CPU, 1-D blocks along axis 0 are computed (and stored) columns first."""
 
@@ -169,6 +171,11 @@ class Quantizer:
         float64): itself, but for a family that depends on its input's format."""
         return self
 
+    def multipliers(self, enc: Encoded, xp: ArrayNamespace) -> Any:
+        """The float32 dequantisation multiplier of each block of an encoded operand, on
+        the logical block grid (one value for a per-tensor scale; None without scales)."""
+        return None
+
 
 def _cdiv(a: Any, b: int) -> Any:
     return (a + b - 1) // b
@@ -180,6 +187,7 @@ class RoundQuantizer(Quantizer):
 
     family: ClassVar[str] = "round"
     saturates: ClassVar[bool] = False
+    has_scales: ClassVar[bool] = False
 
     def values(self, w: Any, scale: Any, seed: int | None, xp: ArrayNamespace) -> Any:
         """This family's `values` (see `Quantizer`)."""
@@ -211,6 +219,7 @@ class IdentityQuantizer(Quantizer):
 
     family: ClassVar[str] = "identity"
     saturates: ClassVar[bool] = False
+    has_scales: ClassVar[bool] = False
 
     def for_input(self, fmt: Format | None) -> Quantizer:
         """Rounding to `fmt` (float32 for None): the values as they are."""
@@ -265,6 +274,10 @@ class Fp8TensorQuantizer(Quantizer):
     def encoded(self, elems: Any, scales: Any, tensor_scale: Any) -> Encoded:
         """This family's `encoded` (see `Quantizer`)."""
         return Encoded(elems, scales, None)
+
+    def multipliers(self, enc: Encoded, xp: ArrayNamespace) -> Any:
+        """This family's `multipliers` (see `Quantizer`): the one `scale_inv`."""
+        return xp.reshape(enc.scales, (1,))
 
 
 @dataclass(frozen=True)
@@ -361,6 +374,10 @@ class Fp8BlockQuantizer(Quantizer):
         """This family's `encoded` (see `Quantizer`)."""
         return Encoded(elems, scales, None)
 
+    def multipliers(self, enc: Encoded, xp: ArrayNamespace) -> Any:
+        """This family's `multipliers` (see `Quantizer`): each block's `scale_inv`."""
+        return xp.moveaxis(enc.scales, 0, 1) if self.scales_transposed else enc.scales
+
 
 @dataclass(frozen=True)
 class MXQuantizer(Quantizer):
@@ -412,6 +429,10 @@ class MXQuantizer(Quantizer):
     def encoded(self, elems: Any, scales: Any, tensor_scale: Any) -> Encoded:
         """This family's `encoded` (see `Quantizer`)."""
         return Encoded(elems, scales, None)
+
+    def multipliers(self, enc: Encoded, xp: ArrayNamespace) -> Any:
+        """This family's `multipliers` (see `Quantizer`): $2^{code - 127}$ (NaN for 255)."""
+        return core.e8m0_values(enc.scales, xp=xp)
 
 
 @dataclass(frozen=True)
@@ -480,3 +501,8 @@ class NVFP4Quantizer(Quantizer):
     def tensor_scale_shape(self) -> tuple[int, ...]:
         """This family's `tensor_scale_shape` (see `Quantizer`)."""
         return ()
+
+    def multipliers(self, enc: Encoded, xp: ArrayNamespace) -> Any:
+        """This family's `multipliers` (see `Quantizer`): block scale times $S_{dec}$."""
+        s_b = element_values(enc.scales, FLOAT8_E4M3FN, xp)
+        return s_b * xp.astype(enc.tensor_scale, "float32")

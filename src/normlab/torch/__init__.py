@@ -49,6 +49,7 @@ __all__ = [
 from normlab.torch.conv1d import QuantConv1D
 from normlab.torch.convert import ConvertSummary, convert, unconvert
 from normlab.torch.nn import QuantLinear
+from normlab.torch.numerics import InspectLog, inspect
 from normlab.torch.optim import AdamW
 from normlab.torch.recipes import (
     Bf16Recipe,
@@ -70,11 +71,13 @@ __all__ += [
     "Fp8CurrentRecipe",
     "Fp8DelayedRecipe",
     "Fp8RowwiseRecipe",
+    "InspectLog",
     "MXRecipe",
     "NVFP4Recipe",
     "QuantConv1D",
     "QuantLinear",
     "convert",
+    "inspect",
     "no_quantization",
     "quantization_enabled",
     "training_step",
