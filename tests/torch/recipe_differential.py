@@ -128,9 +128,10 @@ def _tensor(a: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
 
 def layer_operands(layer: QuantLinear, x, w, dy) -> dict[str, torch.Tensor]:
     """The six operands QuantLinear's GEMMs multiply (one forward and one backward), the
-    operands in the layer's dtype; wgrad_x is decoded from what the forward saved."""
-    dtype = layer.weight.dtype
-    xt, wt, dyt = (_tensor(a, dtype) for a in (x, w, dy))
+    operands in the layer's dtype, on its device; wgrad_x is decoded from what the forward
+    saved."""
+    dtype, device = layer.weight.dtype, layer.weight.device
+    xt, wt, dyt = (_tensor(a, dtype).to(device) for a in (x, w, dy))
     qx, qw, saved, w_scale = forward_operands(layer, xt, wt)
     dy_n, w_n, dy_m, x_m = backward_operands(layer, dyt, wt, saved, w_scale)
     return {"fwd_x": qx, "fwd_w": qw, "dgrad_dy": dy_n, "dgrad_w": w_n, "wgrad_dy": dy_m,

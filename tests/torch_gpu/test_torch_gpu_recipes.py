@@ -25,7 +25,6 @@ from normlab.precision import (
     recipe_core,
     scales,
 )
-from normlab.torch._gemm import backward_operands, forward_operands
 from normlab.torch.namespace import TORCH
 
 pytestmark = pytest.mark.cuda
@@ -43,14 +42,7 @@ def test_operands_on_cuda_equal_the_cpu(recipe: str, kind: str) -> None:
     w = diff.make_input(kind, (diff.N, diff.K), 2)
     dy = diff.make_input(kind, (diff.M, diff.N), 3)
     cpu = diff.layer_operands(diff._layer(r, w), x, w, dy)
-    layer = diff._layer(r, w).cuda()
-    xt, wt, dyt = (torch.from_numpy(a).cuda() for a in (x, w, dy))
-    qx, qw = forward_operands(layer, xt, wt)
-    per_tensor = recipe.startswith(("bf16", "fp16", "current"))
-    a, b = (qx, qw) if per_tensor else (xt, wt)
-    gpu = dict(zip(("fwd_x", "fwd_w"), (qx, qw), strict=True))
-    gpu.update(zip(("dgrad_dy", "dgrad_w", "wgrad_dy", "wgrad_x"),
-                   backward_operands(layer, dyt, a, b, per_tensor=per_tensor), strict=True))
+    gpu = diff.layer_operands(diff._layer(r, w).cuda(), x, w, dy)
     for slot, t in gpu.items():
         assert t.is_cuda, slot
         np.testing.assert_array_equal(_bits(t), _bits(cpu[slot]), err_msg=slot)
@@ -64,9 +56,7 @@ def test_delayed_state_stays_on_the_device_and_equals_the_cpu() -> None:
         arrays = [diff._step_input(amax, 10 * step + i, s) for i, s in
                   enumerate([(diff.M, diff.K), (diff.N, diff.K), (diff.M, diff.N)])]
         diff.layer_operands(cpu, *arrays)
-        xt, wt, dyt = (torch.from_numpy(a).cuda() for a in arrays)
-        qx, qw = forward_operands(gpu, xt, wt)
-        backward_operands(gpu, dyt, qx, qw, per_tensor=True)
+        diff.layer_operands(gpu, *arrays)
         cpu.update_scales()
         gpu.update_scales()
         assert gpu.scale.is_cuda and gpu.amax_history.is_cuda

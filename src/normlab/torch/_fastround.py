@@ -40,7 +40,7 @@ def _fp4_nearest(t: torch.Tensor) -> torch.Tensor:
 def _canonical_nan(t: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     """A NaN input gives the quiet NaN 0x7FC00000 with its sign, as `quantize` does
     (casts keep payloads)."""
-    nan = torch.tensor(torch.nan, dtype=out.dtype, device=out.device)
+    nan = out.new_full((), torch.nan)  # a fill on the device: no host-to-device copy
     return torch.where(torch.isnan(t), torch.copysign(nan, t), out)
 
 
