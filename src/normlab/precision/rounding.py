@@ -315,9 +315,9 @@ def quantize(
     and so do the directed modes on the side they round towards zero. NaN stays NaN, also
     for fp6/fp4 (ml_dtypes would give a zero). float64 is rounded once. float16 and
     bfloat16 inputs are rounded in float32 (an exact widening) and cast back to their
-    dtype with round-to-nearest-even, as [normlab.torch.quantize][] does, bit for bit (NaN payloads aside): the
-    cast is exact whenever the format's values are values of the input dtype (a format no
-    wider than it), otherwise it is a second rounding.
+    dtype with round-to-nearest-even, as [normlab.torch.quantize][] does, bit for bit
+    (NaN payloads aside): the cast is exact whenever the format's values are values of
+    the input dtype (a format no wider than it), otherwise it is a second rounding.
 
     Examples
     --------
