@@ -118,8 +118,6 @@ def check_out_dir(out: str | Path) -> None:
         ) from None
 
 
-
-
 def _fresh_folder(parent: Path, prefix: str) -> Path:
     """A new empty folder `parent/prefix<random>`, mode 0o777 minus the umask (as `mkdir`
     makes a folder; `tempfile.mkdtemp` would make it 0o700 whatever the umask)."""
@@ -258,13 +256,15 @@ def _swap(stage: Path, out: Path) -> None:
             raise ValueError(f"{str(out)!r} became a file or a symbolic link; the report was "
                              "not written there (name a folder)")
         if not out.exists():
-            if _rename_new(stage, out):
-                return
+            with _interrupts_held():
+                if _rename_new(stage, out):
+                    return
             continue  # another writer made `out` meanwhile: replace that one
-        fd = _lock(out, fcntl.LOCK_EX if fcntl is not None else 0)
+        fd = _lock(out, fcntl.LOCK_EX if fcntl is not None else 0)  # Ctrl-C may stop a wait
         try:
             if out.is_dir() and not out.is_symlink():
-                _swap_in(stage, out)
+                with _interrupts_held():
+                    _swap_in(stage, out)
                 return
         finally:
             _unlock(fd)
@@ -336,8 +336,7 @@ def staged_folder(out: str | Path) -> Iterator[Path]:
         stage = _fresh_folder(out.parent, f".{out.name}.new-")
         try:
             yield stage
-            with _interrupts_held():
-                _swap(stage, out)
+            _swap(stage, out)
         finally:
             _discard(stage)
     finally:
