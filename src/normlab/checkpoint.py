@@ -288,7 +288,10 @@ def _temporary(path: Path) -> tuple[int, Path]:
             continue
         if fcntl is None:
             return fd, tmp
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:  # a file system without flock (ENOLCK): write it unlocked
+            return fd, tmp
         with contextlib.suppress(OSError):  # still ours: no clean-up took it in between
             if os.stat(tmp).st_ino == os.fstat(fd).st_ino:
                 return fd, tmp

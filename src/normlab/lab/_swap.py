@@ -134,8 +134,9 @@ def _fresh_folder(parent: Path, prefix: str) -> Path:
 def _lock(folder: Path, operation: int) -> int | None:
     """A descriptor holding `flock(operation)` on the folder `folder` names now.
 
-    None where there is nothing to lock: no `flock` (not POSIX), or the folder is missing
-    or unreadable. With `LOCK_NB` a lock held elsewhere raises BlockingIOError.
+    None where there is nothing to lock: no `flock` (not POSIX, or a file system without
+    it), or the folder is missing or unreadable. With `LOCK_NB` a lock held elsewhere
+    raises BlockingIOError.
     """
     if fcntl is None:
         return None
@@ -147,7 +148,10 @@ def _lock(folder: Path, operation: int) -> int | None:
         try:
             fcntl.flock(fd, operation)
             now, held = os.stat(folder), os.fstat(fd)
-        except FileNotFoundError:  # the folder went away once the lock was granted
+        except BlockingIOError:  # LOCK_NB: held elsewhere
+            os.close(fd)
+            raise
+        except OSError:  # gone once granted, or a file system without flock (ENOLCK)
             os.close(fd)
             return None
         except BaseException:
