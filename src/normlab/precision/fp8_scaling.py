@@ -317,7 +317,8 @@ class Fp8Meta:
         Raises
         ------
         ValueError, TypeError
-            Another history length, role or format, or a scale that is not a finite
+            Another history length, role or format, a negative amax in the history (NaN
+            and inf, which `quantize` records, are kept), or a scale that is not a finite
             float32 > 0; the meta is left as it was.
         """
         history, scale = checked_meta_state(state, self.role, self.recipe)
