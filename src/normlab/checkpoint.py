@@ -60,7 +60,7 @@ _VERSION = 1
 _SCALARS = (bool, int, float, str, type(None))
 _KINDS = "biufcUSM?"  # the dtype kinds a checkpoint stores (no objects, no structures)
 _NODES = ("value", "array", "scalar", "dict", "list", "tuple")
-_CHUNK = 1 << 24  # bytes read at a time: memory grows with the data found, not the claims
+_CHUNK = 1 << 18  # bytes read at a time: memory grows with the data found, not the claims
 
 
 class _Encoder:
@@ -191,7 +191,8 @@ def _read_member(archive: zipfile.ZipFile, member: str, where: str) -> np.ndarra
                          f"{member!r}: {exc}") from None
     if dtype.itemsize == 0 or nbytes == 0:
         return np.empty(shape, dtype, order="F" if fortran else "C")
-    flat = np.frombuffer(data, dtype=dtype)  # writable: it shares the buffer
+    flat = (data.view(dtype) if isinstance(data, np.ndarray)  # writable, no copy
+            else np.frombuffer(data, dtype=dtype))
     return flat.reshape(shape, order="F" if fortran else "C")
 
 
@@ -204,17 +205,18 @@ def _present(archive: zipfile.ZipFile, info: zipfile.ZipInfo, nbytes: int) -> bo
             and nbytes <= info.compress_size)
 
 
-def _read_exactly(fh: IO[bytes], nbytes: int, present: bool) -> bytearray:
-    """`nbytes` bytes of `fh`, or ValueError. Allocated at once when they are `present`;
-    else the buffer grows with what is read, so a false size claim costs nothing."""
-    data = bytearray(nbytes) if present else bytearray()
+def _read_exactly(fh: IO[bytes], nbytes: int, present: bool) -> np.ndarray | bytearray:
+    """`nbytes` bytes of `fh` in a writable buffer, or ValueError. Allocated at once
+    (uninitialised, as np.load does) when they are `present`; else the buffer grows with
+    what is read, so a false size claim costs nothing."""
+    data: np.ndarray | bytearray = np.empty(nbytes, np.uint8) if present else bytearray()
     got = 0
     while got < nbytes:
         chunk = fh.read(min(_CHUNK, nbytes - got))
         if not chunk:
             raise ValueError(f"its data ends after {got} of {nbytes} bytes")
-        if present:
-            data[got:got + len(chunk)] = chunk  # same length: in place
+        if isinstance(data, np.ndarray):
+            data[got:got + len(chunk)] = np.frombuffer(chunk, np.uint8)
         else:
             data += chunk
         got += len(chunk)
