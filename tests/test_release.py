@@ -154,14 +154,21 @@ def test_wheel_and_sdist_build_check_and_smoke_install(tmp_path):
     assert (work / "rep" / "report.html").is_file() and (work / "rep" / "metrics.json").is_file()
 
 
-def test_ci_runs_the_readme_test_line_in_a_fresh_environment():
-    # .ci/run takes the README's quick-start test line (the first line that installs and
-    # then runs pytest) and runs it in a virtual environment it has just made
+def test_ci_runs_every_readme_quick_start_line_in_a_fresh_environment():
+    # .ci/run takes every line of the README's quick-start block, as written, cheap ones
+    # first (docs, report, tests), and runs each in a virtual environment it has just made
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     quick = readme.split("## Quick start", 1)[1].split("```", 2)[1]
-    lines = [ln for ln in quick.splitlines() if re.match(r"pip install .*&& python -m pytest", ln)]
+    written = [ln for ln in quick.splitlines()[1:] if ln.strip()]  # after the "bash" tag
+    lines = [ln for ln in written if re.match(r"pip install .*&& python -m pytest", ln)]
     assert len(lines) == 1, quick
+    listed = subprocess.run(["bash", str(ROOT / ".ci" / "run"), "--list"], capture_output=True,
+                            text=True, timeout=60, check=True).stdout.splitlines()
+    assert sorted(listed) == sorted(written)  # every line, exactly as written
+    order = [next(i for i, key in enumerate(("mkdocs", "normlab report", "pytest")) if key in ln)
+             for ln in listed]
+    assert order == sorted(order), listed  # docs build, then the report, then the tests
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
-    assert "grep -m 1 -E '^pip install .*&& python -m pytest' README.md" in ci
-    assert re.search(r"python3 -m venv \"\$tmp/venv\"\n.*\n\. \"\$tmp/venv/bin/activate\"", ci)
-    assert ci.rstrip().endswith('eval "$line"')
+    assert re.search(r'python3 -m venv "\$tmp/venv\$i" && \. "\$tmp/venv\$i/bin/activate" '
+                     r'&& eval "\$line"', ci)  # a new venv for each line
+    assert "exit 1" in ci.split('eval "$line"', 1)[1]  # a failing line fails the run

@@ -21,9 +21,9 @@
 
 from __future__ import annotations
 
+import ast
 import html
 import importlib
-import importlib.util
 import re
 import sys
 from pathlib import Path
@@ -64,23 +64,58 @@ OPTIONAL_PAGES = {  # nav title -> file under docs/, listed only when it exists
 }
 
 
+SRC = ROOT / "src"
+
+
+def _module_file(module: str) -> Path:
+    """The source file of a normlab module (found without importing it)."""
+    base = SRC.joinpath(*module.split("."))
+    return base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
+
+
 def _exists(module: str) -> bool:
-    try:
-        return importlib.util.find_spec(module) is not None
-    except ImportError:
-        return False
+    return _module_file(module).is_file()
 
 
 def _public_modules() -> list[str]:
-    import pkgutil
+    """normlab and its public submodules, read from the source tree in `pkgutil` order.
 
-    import normlab
+    Nothing is imported: a module that needs an optional extra (torch) is listed and
+    documented whether or not the extra is installed, so the site is the same either way
+    and `pip install ".[docs]"` is all the build needs.
+    """
 
-    found = ["normlab"]
-    for info in pkgutil.walk_packages(normlab.__path__, "normlab."):
-        if not any(part.startswith("_") for part in info.name.split(".")):
-            found.append(info.name)
-    return found
+    def walk(package: Path, name: str) -> list[str]:
+        found = [name]
+        for entry in sorted(package.iterdir(), key=lambda p: p.stem):
+            child = f"{name}.{entry.stem}"
+            if entry.name.startswith("_"):
+                continue
+            if entry.is_dir() and (entry / "__init__.py").is_file():
+                found += walk(entry, child)
+            elif entry.suffix == ".py":
+                found.append(child)
+        return found
+
+    return walk(SRC / "normlab", "normlab")
+
+
+def _static_all(module: str) -> list[str]:
+    """A module's `__all__`, read from its source: `__all__ = [...]`, then any `+= [...]`,
+    or `from other import __all__` (a re-export of another module's names)."""
+    names: list[str] = []
+    for node in ast.parse(_module_file(module).read_text(encoding="utf-8")).body:
+        if (isinstance(node, ast.ImportFrom) and node.module is not None
+                and any(a.name == "__all__" and a.asname is None for a in node.names)):
+            names = _static_all(node.module)
+        elif isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
+        ):
+            names = list(ast.literal_eval(node.value))
+        elif (isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name)
+              and node.target.id == "__all__"):
+            names += list(ast.literal_eval(node.value))
+    return names
 
 
 def _other_names() -> dict[str, list[str]]:
@@ -96,17 +131,12 @@ def _other_names() -> dict[str, list[str]]:
     for name in _public_modules():
         if name in shown:
             continue
-        module = importlib.import_module(name)
         covering = [  # a name that is also a submodule's name renders as the submodule
-            {
-                n
-                for n in getattr(importlib.import_module(m), "__all__", ())
-                if not _exists(f"{m}.{n}")
-            }
+            {n for n in _static_all(m) if not _exists(f"{m}.{n}")}
             for m in shown
             if name == m or name.startswith(m + ".")
         ]
-        left = [n for n in getattr(module, "__all__", ()) if not any(n in c for c in covering)]
+        left = [n for n in _static_all(name) if not any(n in c for c in covering)]
         if left:
             other[name] = left
     return other

@@ -8,7 +8,7 @@ result types, or `NotImplemented` when it cannot serve them (a dtype, layout or 
 does not handle); the reference then runs. Both paths run under the same
 `np.errstate`: a NaN/inf row gives NaN/inf in that row only, without NumPy warnings.
 
-Failures never reach the caller. Any failure to import, compile, cache, load or call a
+Kernel faults never reach the caller. A failure to import, compile, cache, load or call a
 kernel becomes one `KernelFallbackWarning` per cause (naming the cause and the fix),
 then correct results:
 
@@ -20,6 +20,12 @@ then correct results:
    `.nbc`): the kernels' cache files are deleted where possible and the kernel is
    compiled again, so the cache heals itself;
 3. anything else, or a retry that fails too: the NumPy reference, for this op from now on.
+
+What is not a kernel fault reaches the caller and leaves the kernel on: a `MemoryError`
+(an input too large for this machine: the reference would need as much) propagates
+as it is, and when the reference fails on the same arguments too, its exception
+propagates (the arguments are at fault, not the kernel). So one oversized or odd call
+never changes which code, and which bits, later calls get.
 
 A generator passed to a kernel (dropout) is restored before the reference runs, so a
 fallback draws the same random numbers.
@@ -123,16 +129,24 @@ def use_backend(name: str) -> Iterator[None]:
         _OVERRIDE.stack.pop()
 
 
-def _warn_once(cause: BaseException, action: str) -> None:
+_FIX_CACHE = ("Fix: make the numba cache writable (set NUMBA_CACHE_DIR to a writable "
+              "folder; a corrupted cache is deleted automatically), or set "
+              "NORMLAB_BACKEND=numpy to use the NumPy references without this warning.")
+_FIX_IMPORT = ("Fix: reinstall numba (pip install --force-reinstall numba) or make its cache "
+               "writable (NUMBA_CACHE_DIR), or set NORMLAB_BACKEND=numpy to use the NumPy "
+               "references without this warning.")
+_FIX_KERNEL = ("This is a fault of normlab's kernel, not of your input or setup: please report "
+               "it with the input's shape and dtype; set NORMLAB_BACKEND=numpy to use the "
+               "NumPy references without this warning.")
+
+
+def _warn_once(cause: BaseException, action: str, fix: str = _FIX_CACHE) -> None:
     key = (type(cause).__name__, str(cause)[:200])
     if key in _WARNED:
         return
     _WARNED.add(key)
     warnings.warn(
-        f"normlab kernels: {type(cause).__name__}: {str(cause)[:300]}. {action} Fix: make "
-        "the numba cache writable (set NUMBA_CACHE_DIR to a writable folder; a corrupted "
-        "cache is deleted automatically), reinstall numba if it cannot be imported, or set "
-        "NORMLAB_BACKEND=numpy to use the NumPy references without this warning.",
+        f"normlab kernels: {type(cause).__name__}: {str(cause)[:300]}. {action} {fix}",
         KernelFallbackWarning,
         stacklevel=4,
     )
@@ -257,11 +271,11 @@ def _recover_import(exc: BaseException) -> bool:
             _import_kernels()
         except Exception as again:
             _forget_kernels()
-            _warn_once(again, "Using the NumPy references.")
+            _warn_once(again, "Using the NumPy references.", _FIX_IMPORT)
             return False
         _warn_once(exc, f"Kernels cache to the temporary folder {os.environ['NUMBA_CACHE_DIR']}.")
         return True
-    _warn_once(exc, "Using the NumPy references.")
+    _warn_once(exc, "Using the NumPy references.", _FIX_IMPORT)
     return False
 
 
@@ -278,26 +292,54 @@ def _generator_states(args: tuple[Any, ...]) -> list[tuple[Any, Any]]:
     return [(a, a.bit_generator.state) for a in args if isinstance(a, np.random.Generator)]
 
 
-def _call_kernel(name: str, fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
-    """fn(*args), healing the cache once on failure; NotImplemented when it cannot run."""
+def _restore(states: list[tuple[Any, Any]]) -> None:
+    for gen, state in states:
+        gen.bit_generator.state = state
+
+
+def _retry_after(exc: BaseException) -> bool:
+    """Mend what a cache fault broke (warning once); True when the kernel may be retried."""
+    if isinstance(exc, _CORRUPT):
+        _heal_cache()
+        _warn_once(exc, "Deleted the kernels' cache files and compiled again.")
+        return True
+    if _is_cache_location_error(exc) and _move_cache_to_tmp():
+        _warn_once(exc, "Kernels now cache to a temporary folder.")
+        return True
+    return False
+
+
+def _call_kernel(name: str, fn: Callable[..., Any], ref: Callable[..., Any],
+                 args: tuple[Any, ...]) -> Any:
+    """fn(*args); on a kernel fault the reference's result (rules in the module header)."""
     states = _generator_states(args)
-    for attempt in range(2):
+    try:
+        return fn(*args)
+    except MemoryError:  # the input is too large for this machine: not the kernel's fault
+        _restore(states)
+        raise
+    except Exception as exc:
+        _restore(states)
+        fault: BaseException = exc
+    # Does the reference serve these arguments? If it raises too, the arguments are at
+    # fault: its exception reaches the caller and the kernel stays on.
+    expected = ref(*args)
+    after = _generator_states(args)
+    if _retry_after(fault):
+        _restore(states)
         try:
             return fn(*args)
-        except Exception as exc:
-            for gen, state in states:
-                gen.bit_generator.state = state
-            if attempt == 0 and isinstance(exc, _CORRUPT):
-                _heal_cache()
-                _warn_once(exc, "Deleted the kernels' cache files and compiled again.")
-                continue
-            if attempt == 0 and _is_cache_location_error(exc) and _move_cache_to_tmp():
-                _warn_once(exc, "Kernels now cache to a temporary folder.")
-                continue
-            _DISABLED.add(name)
-            _warn_once(exc, f"Using the NumPy reference for {name}.")
-            return NotImplemented
-    return NotImplemented  # pragma: no cover  (the loop always returns)
+        except MemoryError:
+            _restore(states)
+            raise
+        except Exception as again:
+            fault = again
+        _restore(after)
+    _DISABLED.add(name)
+    fix = _FIX_CACHE if isinstance(fault, _CORRUPT) or _is_cache_location_error(fault) else (
+        _FIX_KERNEL)
+    _warn_once(fault, f"Using the NumPy reference for {name} from now on.", fix)
+    return expected
 
 
 def dispatch(name: str, ref: Callable[..., Any], *args: Any) -> Any:
@@ -317,7 +359,7 @@ def dispatch(name: str, ref: Callable[..., Any], *args: Any) -> Any:
     # a tiny eps: documented results, like PyTorch's, so NumPy's warnings are silenced.
     with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
         if fn is not None:
-            result = _call_kernel(name, fn, args)
+            result = _call_kernel(name, fn, ref, args)
             if result is not NotImplemented:
                 return result
         return ref(*args)

@@ -52,9 +52,10 @@ def _seed(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+        raise argparse.ArgumentTypeError(
+            f"expected an integer in [0, 2**64), got {text!r}") from None
+    if not 0 <= value < 2**64:  # every generator the experiments seed takes 64 bits
+        raise argparse.ArgumentTypeError(f"expected an integer in [0, 2**64), got {value}")
     return value
 
 
@@ -67,7 +68,8 @@ def _add_size(p: argparse.ArgumentParser) -> None:
         "--full", dest="size", action="store_const", const="full", help="larger sizes (slow)"
     )
     p.set_defaults(size="default")
-    p.add_argument("--seed", type=_seed, default=0, help="seed of every experiment (default 0)")
+    p.add_argument("--seed", type=_seed, default=0,
+                   help="seed of every experiment, in [0, 2**64) (default 0)")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bars")
 
 

@@ -43,12 +43,52 @@ def test_a_failing_kernel_warns_once_and_the_reference_answers(registry, monkeyp
 
     monkeypatch.setitem(registry, "layer_norm_forward", broken)
     x = np.random.default_rng(0).standard_normal((4, 8)).astype(np.float32)
-    with pytest.warns(KernelFallbackWarning, match="kernel exploded.*NUMBA_CACHE_DIR"):
+    with pytest.warns(KernelFallbackWarning, match="kernel exploded.*fault of normlab's kernel"
+                      ) as seen:
         out, _ = nl.layer_norm_forward(x, None, None)
+    assert "cache" not in str(seen[0].message)  # a kernel fault does not blame the cache
     out2, _ = nl.layer_norm_forward(x, None, None)  # disabled now: no call, no warning
     np.testing.assert_array_equal(out, _reference(nl.layer_norm_forward, x, None, None)[0])
     np.testing.assert_array_equal(out, out2)
     assert calls == [1]
+
+
+def test_memory_error_reaches_the_caller_and_leaves_the_kernel_on(registry, monkeypatch):
+    # an input too large for the machine is not a kernel fault: switching the kernel off
+    # would change the bits every later call returns
+    real, calls = registry["layer_norm_forward"], []
+
+    def out_of_memory_once(*args):
+        calls.append(args)
+        if len(calls) == 1:
+            raise MemoryError("cannot allocate 512 GiB")
+        return real(*args)
+
+    monkeypatch.setitem(registry, "layer_norm_forward", out_of_memory_once)
+    x = np.random.default_rng(4).standard_normal((4, 8)).astype(np.float32)
+    with pytest.raises(MemoryError, match="512 GiB"):
+        nl.layer_norm_forward(x, None, None)
+    assert "layer_norm_forward" not in _backend._DISABLED and not _backend._WARNED
+    out, _ = nl.layer_norm_forward(x, None, None)  # the kernel again (warnings are errors)
+    assert len(calls) == 2
+    np.testing.assert_array_equal(out, real(*calls[1])[0])
+
+
+def test_arguments_the_reference_rejects_too_are_not_a_kernel_fault(registry, monkeypatch):
+    healed = []
+    monkeypatch.setattr(_backend, "_heal_cache", lambda: healed.append(1))
+
+    def kernel_rejects(a):
+        raise ValueError("kernel: bad argument")
+
+    def reference_rejects(a):
+        raise ValueError(f"a must be positive; got {a}")
+
+    monkeypatch.setitem(registry, "layer_norm_forward", kernel_rejects)
+    with pytest.raises(ValueError, match="a must be positive; got -1"):
+        _backend.dispatch("layer_norm_forward", reference_rejects, -1)
+    assert "layer_norm_forward" not in _backend._DISABLED
+    assert healed == [] and not _backend._WARNED  # no cache deleted, nothing blamed
 
 
 def test_a_corrupted_cache_is_healed_and_the_kernel_retried(registry, monkeypatch):

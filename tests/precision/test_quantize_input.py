@@ -27,9 +27,9 @@ def test_python_floats_and_modes_by_enum():
 
 @pytest.mark.parametrize(
     "x",
-    [np.arange(3), np.array([1, 2], np.int8), np.ones(2, np.float16),
-     np.ones(2, ml_dtypes.bfloat16), np.array([True]), 3, True, "1.0", None],
-    ids=["int64", "int8", "float16", "bfloat16", "bool", "int", "bool-scalar", "str", "None"],
+    [np.arange(3), np.array([1, 2], np.int8), np.ones(2, np.complex64),
+     np.ones(2, ml_dtypes.float8_e4m3fn), np.array([True]), 3, True, "1.0", None],
+    ids=["int64", "int8", "complex64", "float8", "bool", "int", "bool-scalar", "str", "None"],
 )
 def test_non_float32_64_rejected(x):
     with pytest.raises(TypeError, match="float32 or float64"):
@@ -74,3 +74,38 @@ def test_big_endian_float64_is_rounded_as_float64_not_downgraded():
     assert got.dtype == np.float64 and got.tolist() == [1 + 2.0**-7, -1.0]
     y = np.array([1.5, -2.25], dtype=">f4")
     assert quantize(y, "e4m3").dtype == np.float32
+
+
+_NARROW_CASES = [(dtype, fmt, mode) for dtype in (np.float16, ml_dtypes.bfloat16)
+                 for fmt in ("e4m3", "e5m2", "fp4", "bf16", "fp16")
+                 for mode in ("nearest", "toward_zero", "stochastic")]
+
+
+@pytest.mark.parametrize(("dtype", "fmt", "mode"), _NARROW_CASES)
+def test_float16_and_bfloat16_are_rounded_as_the_torch_twin_does(dtype, fmt, mode):
+    # the torch twin widens to float32, rounds, and casts back (round to nearest even)
+    torch = pytest.importorskip("torch")
+    import normlab.torch as nt
+
+    rng = np.random.default_rng(5)
+    scale = rng.choice([1e-6, 1.0, 300.0, 1e4], 4096)
+    x = (rng.standard_normal(4096) * scale).clip(-6e4, 6e4).astype(dtype)
+    x[:4] = [np.inf, -np.inf, np.nan, -0.0]
+    seed = 11 if mode == "stochastic" else None
+    got = quantize(x, fmt, rounding=mode, seed=seed)
+    assert got.dtype == np.dtype(dtype) and got.shape == x.shape
+    tdtype = torch.float16 if dtype is np.float16 else torch.bfloat16
+    t = torch.from_numpy(x.view(np.int16).copy()).view(tdtype)
+    want = nt.quantize(t, fmt, rounding=mode, seed=seed).float().numpy()
+    _same_bits(got, want)
+    out = np.empty_like(x)
+    assert quantize(x, fmt, rounding=mode, seed=seed, out=out) is out
+    _same_bits(out, want)
+
+
+def _same_bits(got: np.ndarray, want: np.ndarray) -> None:
+    """Bit for bit, except NaN payloads (the twins' own paths differ in them)."""
+    wide = got.astype(np.float32)
+    np.testing.assert_array_equal(np.isnan(wide), np.isnan(want))
+    ok = ~np.isnan(want)
+    np.testing.assert_array_equal(wide[ok].view(np.uint32), want[ok].view(np.uint32))

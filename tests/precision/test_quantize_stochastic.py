@@ -203,8 +203,15 @@ def test_randomness_arguments_rejected(kwargs, exc, match):
         quantize(np.ones(3), BFLOAT16, rounding="stochastic", **kwargs)
 
 
-def test_deterministic_modes_ignore_one_source_but_reject_two():
+def test_deterministic_modes_take_a_generator_refuse_a_seed_and_reject_two():
     x = np.array([1 + 2.0**-9])
-    assert quantize(x, BFLOAT16, seed=3).tolist() == [1.0]
+    rng = np.random.default_rng(0)
+    before = rng.bit_generator.state
+    assert quantize(x, BFLOAT16, rng=rng).tolist() == [1.0]  # passed along, nothing drawn
+    assert rng.bit_generator.state == before
+    for source in ({"seed": 3}, {"random_bits": np.zeros(1, np.uint64)}):
+        name = next(iter(source))
+        with pytest.raises(ValueError, match=f"{name}= is used only by rounding='stochastic'"):
+            quantize(x, BFLOAT16, **source)  # used to be ignored silently
     with pytest.raises(ValueError, match="exactly one"):
         quantize(x, BFLOAT16, seed=3, rng=np.random.default_rng(0))

@@ -1,28 +1,49 @@
-"""Replace a report folder all at once: stage beside it, then swap under a lock.
+"""Replace a report folder all at once: stage beside it, then swap it in.
 
-Contract: `staged_folder` yields a new empty hidden folder beside `out`
-(`.NAME.new-XXXX`); when the `with` block ends normally the staged folder becomes
-`out` in one step (`renameat2(RENAME_EXCHANGE)` where the OS has it, else two renames
-with `out` briefly absent, never mixed), the old one is deleted, and sub-reports of
-`normlab run NAME` inside the old folder move into the new one. The swap holds an
-exclusive `flock` on the folder that holds `out` (POSIX; the folder itself, so no lock file
-is left behind), so concurrent runs into one folder swap one after the other, each whole.
-Ctrl-C during the swap is held back until the swap is done; an exception or Ctrl-C inside
-the block deletes the staged folder and leaves `out` as it was.
+Contract: `staged_folder(out)` yields a new empty hidden folder beside `out`
+(`.NAME.new-XXXX`, its mode 0o777 minus the umask, as `mkdir` makes it); when the `with`
+block ends normally the staged folder becomes `out` in one step
+(`renameat2(RENAME_EXCHANGE)` where the OS has it, else two renames with `out` briefly
+absent, never mixed), the old one is deleted, and sub-reports of `normlab run NAME`
+inside the old folder move into the new one. An exception or Ctrl-C inside the block
+deletes the staged folder and leaves `out` as it was; Ctrl-C during the swap is held back
+until the swap is done. A swap that fails part-way moves the sub-reports back: an earlier
+result is never deleted (a staged folder that still holds one is left for the next run).
+
+Locks (POSIX `flock` on the folders themselves, so no lock file is left behind): a writer
+holds a shared lock on the folder that holds `out` from staging to swap ("something of
+mine is in flight in here"), and the swap takes an exclusive lock on `out`. So
+`normlab report` (replacing `normlab-report/`) waits for a `normlab run NAME` that is
+writing `normlab-report/NAME/`, and that run, started during the report's swap, stages
+in the new folder; two writers into one folder render side by side and swap one after
+the other, each whole. A lock is checked again after it is granted (a swap may have put
+another folder under the name meanwhile).
+
+Crash leftovers (SIGKILL, power loss): `.NAME.new-*` and `.NAME.old-*` folders. A writer
+that finds no other writer in flight in its folder (an exclusive lock granted without
+waiting) removes them first; sub-reports a dead swap was moving go back to their
+report, and a report a dead two-rename swap had moved aside goes back under its name.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import os
 import re
+import secrets
 import shutil
 import signal
 import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # not POSIX: no locks; each swap is still all or nothing
+    fcntl = None  # type: ignore[assignment]
 
 __all__ = ["REPORT_ENTRIES", "check_out_dir", "staged_folder"]
 
@@ -31,6 +52,9 @@ REPORT_ENTRIES = frozenset({"report.md", "report.html", "metrics.json", "figures
 
 
 _OWN_HIDDEN = re.compile(r"^\..+(\.lock|\.(new|old|probe)-[A-Za-z0-9_]+)$")
+# staging names: 8 random characters (tempfile's before, hex now)
+_STAGING = re.compile(r"^\.(?P<name>.+)\.(?P<kind>new|old)-[a-z0-9_]{8}$")
+_RENAME_NOREPLACE, _RENAME_EXCHANGE = 1, 2
 
 
 def _is_sub_report(entry: Path) -> bool:
@@ -56,8 +80,8 @@ def check_out_dir(out: str | Path) -> None:
     Raises
     ------
     ValueError
-        `out` names no folder, is a file, holds files that are not part of a report, or
-        lies where nothing can be written.
+        `out` names no folder, is a file or a symbolic link, holds files that are not part
+        of a report, or lies where nothing can be written.
 
     Examples
     --------
@@ -66,6 +90,11 @@ def check_out_dir(out: str | Path) -> None:
     path = Path(out)
     if str(out) == "" or path.name in ("", ".", ".."):
         raise ValueError(f"{str(out)!r} is not a folder name that can be replaced; name a folder")
+    if path.is_symlink():
+        raise ValueError(
+            f"{str(out)!r} is a symbolic link (to {os.readlink(path)!r}); a report replaces "
+            "its folder whole and would replace the link: name the folder itself or a new one"
+        )
     if path.exists() and not path.is_dir():
         raise ValueError(f"{str(out)!r} is a file, not a folder; name a folder (new or a report)")
     if path.is_dir():
@@ -89,19 +118,53 @@ def check_out_dir(out: str | Path) -> None:
         ) from None
 
 
-@contextlib.contextmanager
-def _locked(folder: Path) -> Iterator[None]:
-    """Hold an exclusive flock on `folder` itself: a lock without a lock file to leave."""
-    try:
-        import fcntl
-    except ImportError:  # not POSIX: no lock; the swap itself is still all or nothing
-        yield
-        return
-    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
+def _fresh_folder(parent: Path, prefix: str) -> Path:
+    """A new empty folder `parent/prefix<random>`, mode 0o777 minus the umask (as `mkdir`
+    makes a folder; `tempfile.mkdtemp` would make it 0o700 whatever the umask)."""
+    for _ in range(100):
+        path = parent / f"{prefix}{secrets.token_hex(4)}"
+        try:
+            os.mkdir(path, 0o777)
+        except FileExistsError:
+            continue
+        return path
+    raise FileExistsError(f"no free name for a folder {prefix}* in {str(parent)!r}")
+
+
+def _lock(folder: Path, operation: int) -> int | None:
+    """A descriptor holding `flock(operation)` on the folder `folder` names now.
+
+    None where there is nothing to lock: no `flock` (not POSIX, or a file system without
+    it), or the folder is missing or unreadable. With `LOCK_NB` a lock held elsewhere
+    raises BlockingIOError.
+    """
+    if fcntl is None:
+        return None
+    for _ in range(1000):
+        try:
+            fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        except OSError:
+            return None
+        try:
+            fcntl.flock(fd, operation)
+            now, held = os.stat(folder), os.fstat(fd)
+        except BlockingIOError:  # LOCK_NB: held elsewhere
+            os.close(fd)
+            raise
+        except OSError:  # gone once granted, or a file system without flock (ENOLCK)
+            os.close(fd)
+            return None
+        except BaseException:
+            os.close(fd)
+            raise
+        if (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino):
+            return fd
+        os.close(fd)  # a swap put another folder under this name meanwhile: lock that one
+    raise RuntimeError(f"{str(folder)!r} kept changing while it was being locked")
+
+
+def _unlock(fd: int | None) -> None:
+    if fd is not None:
         os.close(fd)  # closing releases the lock
 
 
@@ -121,44 +184,164 @@ def _interrupts_held() -> Iterator[None]:
         raise KeyboardInterrupt
 
 
+def _renameat2(a: Path, b: Path, flags: int) -> int | None:
+    """Linux `renameat2(a, b, flags)`: 0, or the errno; None where the OS lacks it."""
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return None
+    at_fdcwd = -100
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), flags) == 0:
+        return 0
+    err = ctypes.get_errno()
+    return None if err in (errno.ENOSYS, errno.EINVAL) else err
+
+
 def _exchange(a: Path, b: Path) -> bool:
     """Swap two existing paths in one step (Linux renameat2); False where unsupported."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        renameat2 = libc.renameat2
-    except (OSError, AttributeError):
+    return _renameat2(a, b, _RENAME_EXCHANGE) == 0
+
+
+def _rename_new(src: Path, dst: Path) -> bool:
+    """Rename `src` to `dst` unless something is there by now (False then)."""
+    err = _renameat2(src, dst, _RENAME_NOREPLACE)
+    if err is None:  # no renameat2: a plain rename (it fails on a non-empty folder)
+        try:
+            os.rename(src, dst)
+        except OSError as exc:
+            if exc.errno in (errno.EEXIST, errno.ENOTEMPTY, errno.EISDIR):
+                return False
+            raise
+        return True
+    if err in (errno.EEXIST, errno.ENOTEMPTY):
         return False
-    at_fdcwd, rename_exchange = -100, 2
-    rc = renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange)
-    return bool(rc == 0)
+    if err:
+        raise OSError(err, os.strerror(err), str(dst))
+    return True
+
+
+def _sub_reports(folder: Path) -> list[Path]:
+    return sorted(e for e in folder.iterdir()
+                  if e.name not in REPORT_ENTRIES and _is_sub_report(e))
 
 
 def _swap_in(stage: Path, out: Path) -> None:
-    if not out.exists():
-        os.rename(stage, out)
-        return
-    for entry in out.iterdir():  # sub-reports of `normlab run NAME` stay with the folder
-        if entry.name not in REPORT_ENTRIES and _is_sub_report(entry):
+    """Replace the existing `out` by `stage`, carrying `out`'s sub-reports over.
+
+    On failure everything moved goes back: `out` keeps its report and its sub-reports.
+    """
+    moved: list[str] = []
+    try:
+        for entry in _sub_reports(out):  # sub-reports of `normlab run NAME` stay with out
             os.rename(entry, stage / entry.name)
-    if _exchange(stage, out):
-        shutil.rmtree(stage)  # stage now holds the old report
-        return
-    old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-    os.rename(out, old / "report")
-    os.rename(stage, out)
-    shutil.rmtree(old)
+            moved.append(entry.name)
+        if _exchange(stage, out):
+            return  # stage now holds the old report, without its sub-reports
+        old = _fresh_folder(out.parent, f".{out.name}.old-")
+        os.rename(out, old / "report")
+        try:
+            os.rename(stage, out)
+        except BaseException:
+            os.rename(old / "report", out)
+            os.rmdir(old)
+            raise
+        shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        for name in moved:
+            with contextlib.suppress(OSError):  # one left in stage keeps stage alive
+                os.rename(stage / name, out / name)
+        raise
+
+
+def _swap(stage: Path, out: Path) -> None:
+    """Make `stage` the folder `out`, under an exclusive lock on the `out` it replaces."""
+    for _ in range(100):
+        if out.is_symlink() or (out.exists() and not out.is_dir()):
+            raise ValueError(f"{str(out)!r} became a file or a symbolic link; the report was "
+                             "not written there (name a folder)")
+        if not out.exists():
+            with _interrupts_held():
+                if _rename_new(stage, out):
+                    return
+            continue  # another writer made `out` meanwhile: replace that one
+        fd = _lock(out, fcntl.LOCK_EX if fcntl is not None else 0)  # Ctrl-C may stop a wait
+        try:
+            if out.is_dir() and not out.is_symlink():
+                with _interrupts_held():
+                    _swap_in(stage, out)
+                return
+        finally:
+            _unlock(fd)
+    raise RuntimeError(f"{str(out)!r} kept changing during the swap")
+
+
+def _discard(stage: Path) -> None:
+    """Delete a staged folder, unless it holds a sub-report (then the next run returns it)."""
+    if stage.is_dir() and not _sub_reports(stage):
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def _recover(parent: Path) -> None:
+    """Clear the staging leftovers of dead writers in `parent` (no writer is in flight).
+
+    A sub-report a dead swap was carrying goes back to its report; a report a dead
+    two-rename swap had moved aside goes back under its name; the rest is deleted.
+    """
+    for entry in list(parent.iterdir()):
+        found = _STAGING.match(entry.name)
+        if found is None or entry.is_symlink() or not entry.is_dir():
+            continue
+        target = parent / found["name"]
+        held = entry / "report" if found["kind"] == "old" else entry
+        inside = [e.name for e in entry.iterdir()]
+        if (inside not in ([], ["report"]) if found["kind"] == "old"
+                else not all(_is_ours(e) for e in entry.iterdir())):
+            continue  # not shaped like a report's staging folder: not ours to touch
+        try:
+            if found["kind"] == "old" and held.is_dir() and not os.path.lexists(target):
+                os.rename(held, target)
+            elif held.is_dir() and target.is_dir() and not target.is_symlink():
+                for sub in _sub_reports(held):
+                    if not os.path.lexists(target / sub.name):
+                        os.rename(sub, target / sub.name)
+            if not (held.is_dir() and _sub_reports(held)):
+                shutil.rmtree(entry, ignore_errors=True)
+        except OSError:  # best effort: what cannot be returned now stays for a later run
+            continue
+
+
+def _enter(parent: Path) -> int | None:
+    """The shared lock of a writer in `parent`; first, when no other writer is in flight
+    there, clear dead writers' leftovers."""
+    if fcntl is None:
+        return None
+    try:
+        fd = _lock(parent, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:  # others are writing here: their folders are not leftovers
+        return _lock(parent, fcntl.LOCK_SH)
+    if fd is None:
+        return None
+    try:
+        _recover(parent)
+        fcntl.flock(fd, fcntl.LOCK_SH)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 @contextlib.contextmanager
 def staged_folder(out: str | Path) -> Iterator[Path]:
     """Yield an empty folder beside `out`; on success it replaces `out` whole."""
-    out = Path(out)
-    out.absolute().parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=f".{out.name}.new-", dir=out.absolute().parent))
+    out = Path(out).absolute()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    held = _enter(out.parent)
     try:
-        yield stage
-        with _locked(out.absolute().parent), _interrupts_held():
-            _swap_in(stage, out)
+        stage = _fresh_folder(out.parent, f".{out.name}.new-")
+        try:
+            yield stage
+            _swap(stage, out)
+        finally:
+            _discard(stage)
     finally:
-        if stage.exists():
-            shutil.rmtree(stage, ignore_errors=True)
+        _unlock(held)

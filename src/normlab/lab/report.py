@@ -7,9 +7,11 @@ behind `normlab report` and `normlab run`: resolve, run with progress, write, an
 exit status.
 
 The write is all or nothing (`normlab.lab._swap`): files are rendered into a new
-hidden folder beside `out_dir`, which then replaces `out_dir` in one rename, under a
-lock file beside it. A reader never sees a half-written or mixed report (two concurrent
-runs into one folder: the later swap wins, whole), figures of earlier runs disappear, and
+hidden folder beside `out_dir`, which then replaces `out_dir` in one rename, under
+`flock`s on the folders themselves. A reader never sees a half-written or mixed report
+(two concurrent runs into one folder: the later swap wins, whole), figures of earlier runs
+disappear, the sub-reports of `normlab run NAME` are carried over (a swap that fails
+part-way puts them back; a report waits for a run that is writing inside its folder), and
 an interrupt (Ctrl-C) before the swap leaves the previous report untouched.
 """
 

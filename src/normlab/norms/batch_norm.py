@@ -91,6 +91,9 @@ def _validate(
     eps = check_eps_range(eps, x, gamma, beta)
     rm = _check_running(running_mean, "running_mean", c, training)
     rv = _check_running(running_var, "running_var", c, training)
+    if rm is not None and rv is not None and np.shares_memory(rm, rv):
+        raise ValueError("running_mean and running_var must be two separate arrays (each is "
+                         "updated in place); got arrays that share memory")
     if rv is not None and bool(np.any(rv < 0)):
         raise ValueError(f"running_var must be >= 0; got a minimum of {np.min(rv)!r}")
     n = x.size // c if c else 0

@@ -375,6 +375,9 @@ def get_format(name_or_format: Any) -> Format:
     """
     if isinstance(name_or_format, Format):
         return name_or_format
+    if name_or_format is None:  # np.dtype(None) would read it as float64
+        raise TypeError("fmt must be a Format or a format name such as 'bf16' or 'e4m3'; "
+                        "got None")
     if f"{type(name_or_format).__module__}.{type(name_or_format).__name__}" == "torch.dtype":
         # a torch dtype, recognised by name so that this module never imports torch
         name_or_format = str(name_or_format).removeprefix("torch.").removesuffix("_x2")

@@ -342,7 +342,8 @@ class Fp8Meta:
         Raises
         ------
         ValueError, TypeError
-            Another history length, role or format, or a scale that is not a finite
+            Another history length, role or format, a negative amax in the history (NaN
+            and inf, which `quantize` records, are kept), or a scale that is not a finite
             float32 > 0; the meta is left as it was.
         """
         history, scale = checked_meta_state(state, self.role, self.recipe)
@@ -367,11 +368,40 @@ def checked_meta_state(state: Mapping[str, Any], role: str,
         got = _item(state, key)
         if got != want or type(got) is bool:
             raise ValueError(f"state[{key!r}] must equal this meta's {want!r}; got {got!r}")
-    h = as_float_array(_item(state, "amax_history"), "state['amax_history']")
-    if h.shape != (recipe.amax_history_len,):
-        raise ValueError(f"state['amax_history'] must have shape "
-                         f"({recipe.amax_history_len},); got {h.shape}")
+    h = checked_amax_history(_item(state, "amax_history"), "state['amax_history']",
+                             (recipe.amax_history_len,))
     scale = check_finite_real(_item(state, "scale"), "state['scale']")
-    if not 0 < scale <= float(np.finfo(np.float32).max):
-        raise ValueError(f"state['scale'] must be a finite float32 > 0; got {scale!r}")
-    return h.astype(np.float32), float(np.float32(scale))
+    return h, float(checked_scales(np.float64(scale), "state['scale']"))
+
+
+def checked_amax_history(history: Any, name: str, shape: tuple[int, ...]) -> np.ndarray:
+    """An amax history of `shape` as float32, or ValueError/TypeError naming `name`.
+
+    Amaxes are >= 0: a negative entry (or -inf) is refused. NaN and +inf are accepted:
+    [quantize][normlab.precision.Fp8Meta.quantize] records them (a NaN input, an amax
+    beyond float32) and [delayed_update][normlab.precision.scales.delayed_update] handles
+    them, so a state saved after such a step must load again. Shared by the NumPy meta and
+    the torch layers' extra state.
+    """
+    h = as_float_array(history, name)
+    if h.shape != shape:
+        raise ValueError(f"{name} must have shape {shape}; got {h.shape}")
+    with np.errstate(invalid="ignore"):
+        negative = h < 0  # NaN compares False: kept
+    if bool(np.any(negative)):
+        raise ValueError(f"{name} must hold amaxes >= 0 (NaN and inf are kept as recorded); "
+                         f"got {h[negative].ravel()[0]!r} at index "
+                         f"{np.argwhere(negative)[0].tolist()}")
+    return h.astype(np.float32)
+
+
+def checked_scales(scales: Any, name: str) -> np.ndarray:
+    """Scales as float32, each a finite float32 > 0 (what every scale rule produces), or
+    ValueError naming `name` and the first bad value; TypeError for a non-float array."""
+    arr = as_float_array(scales, name)
+    f64 = arr.astype(np.float64)
+    bad = ~(np.isfinite(f64) & (f64 > 0) & (f64 <= float(np.finfo(np.float32).max)))
+    if bool(np.any(bad)):
+        raise ValueError(f"{name} must be a finite float32 > 0 (each scale); got "
+                         f"{f64[bad].ravel()[0]!r}")
+    return arr.astype(np.float32)

@@ -107,7 +107,8 @@ def stochastic_source(
     ----------
     stochastic : bool
         Whether the rounding mode needs randomness (then exactly one source is required;
-        otherwise at most one is accepted and ignored).
+        otherwise `seed` and `random_bits` are refused, and an `rng` is accepted and left
+        untouched, so code that passes one Generator to every mode keeps working).
     rng, seed, random_bits
         The caller's arguments (see the module header).
     shape
@@ -123,8 +124,8 @@ def stochastic_source(
     Raises
     ------
     ValueError
-        No source for a stochastic call, more than one source, seed out of range, words of
-        another shape.
+        No source for a stochastic call, more than one source, `seed` or `random_bits`
+        with a deterministic mode, seed out of range, words of another shape.
     TypeError
         rng not a Generator, seed not an int, random_bits not a uint64 ndarray.
 
@@ -142,6 +143,12 @@ def stochastic_source(
             f"words of x's shape); got {given or 'none'}"
         )
     if not stochastic:
+        if given and given[0] != "rng":  # a Generator may be passed along; nothing is drawn
+            raise ValueError(
+                f"{given[0]}= is used only by rounding='stochastic' (a deterministic mode "
+                f"would ignore it); got {given[0]}= with a deterministic mode: drop it, or "
+                "round stochastically"
+            )
         return None, None
     if random_bits is not None:
         if not isinstance(random_bits, np.ndarray) or random_bits.dtype != np.uint64:

@@ -62,6 +62,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from normlab import _backend
@@ -79,6 +80,9 @@ _INPUT = {
     np.dtype(np.float32): (23, 127, 32, np.uint32),
     np.dtype(np.float64): (52, 1023, 64, np.uint64),
 }
+# Narrow inputs, as the torch twin takes them: widened to float32 (exact), rounded there,
+# cast back with the input dtype's round-to-nearest-even.
+_NARROW = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
 _U1 = np.uint64(1)
 KIND_FINITE, KIND_INF, KIND_NAN = 0, 1, 2
 
@@ -216,7 +220,8 @@ def assemble(
 
 
 def check_input(x: Any) -> np.ndarray:
-    """x as a native-order float32/float64 ndarray, or TypeError (the check of `quantize`)."""
+    """x as a native-order float16/bfloat16/float32/float64 ndarray, or TypeError (the check
+    of `quantize`)."""
     arr: np.ndarray | None = None
     if isinstance(x, np.ndarray):
         arr = x
@@ -227,11 +232,11 @@ def check_input(x: Any) -> np.ndarray:
             arr = None
     if arr is not None and arr.dtype.kind == "f" and not arr.dtype.isnative:
         arr = arr.astype(arr.dtype.newbyteorder("="))  # '>f8' is float64: never downgraded
-    if arr is None or arr.dtype not in _INPUT:
+    if arr is None or (arr.dtype not in _INPUT and arr.dtype not in _NARROW):
         shown = f"dtype {arr.dtype}" if arr is not None else f"{type(x).__name__} {x!r}"[:80]
         raise TypeError(
-            f"x must be a float32 or float64 array; got {shown}. Convert it first, e.g. "
-            "np.asarray(x, dtype=np.float32)."
+            f"x must be a float16, bfloat16, float32 or float64 array; got {shown}. Convert "
+            "it first, e.g. np.asarray(x, dtype=np.float32)."
         )
     return arr
 
@@ -247,7 +252,7 @@ def quantize(
     random_bits: np.ndarray | None = None,
     out: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Round `x` to the values of `fmt`; the result keeps x's dtype (float32/float64).
+    """Round `x` to the values of `fmt`; the result keeps x's dtype.
 
     Formula: `q = (-1)^s * n * 2^qe` with `qe = max(floor(log2|x|), emin) - m` and n the
     rounded significand (see the module header for every mode and special case).
@@ -259,7 +264,8 @@ def quantize(
     ----------
     x : numpy.ndarray
         float32 or float64, any byte order (a float or a list of floats is taken as
-        float64; a non-native byte order is converted, never narrowed).
+        float64; a non-native byte order is converted, never narrowed); float16 and
+        bfloat16 (ml_dtypes) as the torch twin takes them (see Notes).
     fmt : Format or str
         The target format, or its name (see [get_format][normlab.precision.get_format]).
     rounding : str or RoundingMode
@@ -277,7 +283,8 @@ def quantize(
     random_bits : numpy.ndarray, optional
         Stochastic mode: explicit random words, uint64, one per element (x's shape).
         Exactly one of `rng`, `seed`, `random_bits` is required by the stochastic
-        mode; the deterministic modes ignore a single one, and more than one is an error.
+        mode; the deterministic modes refuse `seed` and `random_bits` (ValueError) and
+        accept an `rng` without drawing from it; more than one is an error.
     out : numpy.ndarray, optional
         Where to write the result (NumPy's convention): x's shape and (native) dtype,
         C-contiguous and writeable; `out=x` rounds in place. It must not overlap x
@@ -293,11 +300,12 @@ def quantize(
     Raises
     ------
     TypeError
-        x not float32/float64 (integers included); rng not a Generator; seed not an int;
-        random_bits not uint64; out not an ndarray of x's dtype.
+        x not float16/bfloat16/float32/float64 (integers included); rng not a Generator;
+        seed not an int; random_bits not uint64; out not an ndarray of x's dtype.
     ValueError
         Unknown format or mode; stochastic without randomness, or with more than one source;
-        seed outside [0, 2^64); random_bits of another shape; out of another shape, not
+        `seed` or `random_bits` with a deterministic mode; seed outside [0, 2^64);
+        random_bits of another shape; out of another shape, not
         C-contiguous, read-only or overlapping x partially (or random_bits).
 
     Notes
@@ -305,7 +313,11 @@ def quantize(
     Overflow without `saturate`: inf where the format has it, else NaN (E4M3FN: above
     464); "toward_zero" and the NaN-less fp6/fp4 always clamp to +-max (as ml_dtypes/OCP),
     and so do the directed modes on the side they round towards zero. NaN stays NaN, also
-    for fp6/fp4 (ml_dtypes would give a zero). float64 is rounded once.
+    for fp6/fp4 (ml_dtypes would give a zero). float64 is rounded once. float16 and
+    bfloat16 inputs are rounded in float32 (an exact widening) and cast back to their
+    dtype with round-to-nearest-even, as [normlab.torch.quantize][] does, bit for bit
+    (NaN payloads aside): the cast is exact whenever the format's values are values of
+    the input dtype (a format no wider than it), otherwise it is a second rounding.
 
     Examples
     --------
@@ -325,6 +337,15 @@ def quantize(
                                      arr.shape)
     dest = check_out(out, arr.shape, arr.dtype, inputs=(("x", arr, True),
                                                          ("random_bits", words, False)))
+    if arr.dtype in _NARROW:  # as the torch twin: round in float32, cast back (RNE)
+        wide = quantize(arr.astype(np.float32), fmt, rounding=mode, saturate=bool(saturate),
+                        seed=seed_, random_bits=words)
+        with np.errstate(over="ignore"):  # a format wider than x's dtype: inf, as in torch
+            narrow = wide.astype(arr.dtype)
+        if dest is None:
+            return narrow
+        dest[...] = narrow
+        return dest
     if mode in REFERENCE_ONLY_MODES:  # the kernel predates these modes: do not ask it
         return quantize_reference(arr, fmt, mode, bool(saturate), seed_, words, dest)
     args = (arr, fmt, mode, bool(saturate), seed_, words) + (() if dest is None else (dest,))

@@ -22,7 +22,9 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["pack_extra_state", "unpack_extra_state"]
+from normlab.precision.fp8_scaling import checked_amax_history, checked_scales
+
+__all__ = ["checked_extra_state", "pack_extra_state", "unpack_extra_state"]
 
 
 def pack_extra_state(state: dict[str, Any]) -> torch.Tensor:
@@ -44,3 +46,32 @@ def unpack_extra_state(state: Any) -> Any:
         return state
     data = state.detach().cpu().numpy().tobytes()
     return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+
+
+def checked_extra_state(state: dict[str, Any],
+                        shapes: dict[str, tuple[int, ...]]) -> dict[str, Any]:
+    """A training layer's unpacked extra state, validated whole before anything is applied.
+
+    `amax_history` and `scale` (where `shapes` names them, with their shapes) get the
+    checks of the NumPy [Fp8Meta][normlab.precision.Fp8Meta]'s load (amaxes >= 0; scales
+    finite float32 > 0) and come back as float32 NumPy arrays; `pending` must be a bool
+    and `rounding_step` an int >= 0. ValueError or TypeError names the key at fault.
+    """
+    pending, step = state["pending"], state["rounding_step"]
+    if not isinstance(pending, (bool, np.bool_)):
+        raise TypeError(f"extra state 'pending' must be a bool; got {pending!r}")
+    if isinstance(step, (bool, np.bool_)) or not isinstance(step, (int, np.integer)) or step < 0:
+        raise ValueError(f"extra state 'rounding_step' must be an int >= 0; got {step!r}")
+    out: dict[str, Any] = {"pending": bool(pending), "rounding_step": int(step)}
+    arrays = {k: v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else v
+              for k, v in state.items() if k in shapes}
+    if "amax_history" in shapes:
+        out["amax_history"] = checked_amax_history(
+            arrays["amax_history"], "extra state 'amax_history'", shapes["amax_history"])
+    if "scale" in shapes:
+        scale = checked_scales(arrays["scale"], "extra state 'scale'")
+        if scale.shape != shapes["scale"]:
+            raise ValueError(f"extra state 'scale' must have shape {shapes['scale']}; got "
+                             f"{scale.shape}")
+        out["scale"] = scale
+    return out

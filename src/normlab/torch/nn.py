@@ -46,7 +46,11 @@ from normlab.precision import scales
 from normlab.precision.hadamard import rht_matrix
 from normlab.precision.recipes import Recipe, check_recipe
 from normlab.torch import _operand_ops as opaque
-from normlab.torch._extra_state import pack_extra_state, unpack_extra_state
+from normlab.torch._extra_state import (
+    checked_extra_state,
+    pack_extra_state,
+    unpack_extra_state,
+)
 from normlab.torch._gemm import ROLES, QuantLinearFunction, one_quantization
 from normlab.torch.distributed import reduce_amax
 from normlab.torch.namespace import TORCH
@@ -155,21 +159,25 @@ class QuantLinear(torch.nn.Linear):
         return pack_extra_state(state)
 
     def set_extra_state(self, state: Any) -> None:
-        """Load what `get_extra_state` returned (validated before anything changes)."""
+        """Load what `get_extra_state` returned: all validated first, then all applied.
+
+        The amax history and scales pass the checks of the NumPy
+        [Fp8Meta.load_state_dict][normlab.precision.Fp8Meta.load_state_dict] (scales
+        finite float32 > 0, amaxes >= 0), `pending` is a bool and `rounding_step` an int
+        >= 0; on an error (ValueError, TypeError naming the key) nothing has changed.
+        """
         state = unpack_extra_state(state)
         mine = unpack_extra_state(self.get_extra_state())
         if not isinstance(state, dict) or set(state) != set(mine):
             raise ValueError(f"extra state must be a dict with keys {sorted(mine)}; got "
                              f"{sorted(state) if isinstance(state, dict) else state!r}")
+        values = checked_extra_state(state, {k: tuple(v.shape) for k, v in mine.items()
+                                             if isinstance(v, torch.Tensor)})
+        self.pending, self.rounding_step = values["pending"], values["rounding_step"]
         for key in ("amax_history", "scale"):
-            if key in mine and tuple(state[key].shape) != tuple(mine[key].shape):
-                raise ValueError(f"extra state {key!r} must have shape "
-                                 f"{tuple(mine[key].shape)}; got {tuple(state[key].shape)}")
-        self.pending, self.rounding_step = bool(state["pending"]), int(state["rounding_step"])
-        if self.amax_history is not None:
-            self.amax_history.copy_(state["amax_history"])
-        if self.scale is not None:
-            self.scale.copy_(state["scale"])
+            held = getattr(self, key)
+            if held is not None:
+                held.copy_(torch.from_numpy(values[key]))
 
     def _load_from_state_dict(self, state_dict: Any, prefix: str, local_metadata: Any,
                               strict: bool, missing_keys: list[str], unexpected_keys: list[str],

@@ -231,7 +231,8 @@ def _check_randomness(
     for the other modes.
 
     The rules of [normlab.precision.quantize][]: more than one source is an error in
-    every mode, the stochastic mode needs one, seed is an int in [0, 2^64).
+    every mode, the stochastic mode needs one and the others refuse one, seed is an int in
+    [0, 2^64).
     """
     given = [n for n, v in (("seed", seed), ("random_bits", random_bits)) if v is not None]
     if len(given) > 1 or (mode is RoundingMode.STOCHASTIC and not given):
@@ -241,6 +242,12 @@ def _check_randomness(
             f"{given or 'none'}"
         )
     if mode is not RoundingMode.STOCHASTIC:
+        if given:
+            raise ValueError(
+                f"{given[0]}= is used only by rounding='stochastic' (a deterministic mode "
+                f"would ignore it); got {given[0]}= with rounding={mode.value!r}: drop it, or "
+                "round stochastically"
+            )
         return None, None
     if random_bits is not None:
         if not isinstance(random_bits, torch.Tensor) or random_bits.dtype not in (
@@ -311,7 +318,8 @@ def quantize(
     random_bits : Tensor of int64 with t's shape, optional
         Stochastic mode: explicit words (the bits of uint64 words; uint64 tensors are
         accepted too). The stochastic mode needs exactly one of `seed` and
-        `random_bits`; the deterministic modes ignore a single one; both is an error.
+        `random_bits`; the deterministic modes refuse either (ValueError, as the NumPy
+        twin); both is an error.
 
     Returns
     -------

@@ -294,7 +294,8 @@ def run(settings: Settings, progress: Progress, *, device: str | None = None) ->
         raise ExperimentSkipped(f"lowp_training needs PyTorch: {TORCH_HINT}") from exc
     dev = device or default_device()
     sz, corpus = _sizes(settings, dev), load_corpus()
-    seeds = [settings.seed * sz["seeds"] + k for k in range(sz["seeds"])]  # disjoint per seed
+    # disjoint per seed; mod 2**64 keeps every --seed a valid torch seed
+    seeds = [(settings.seed * sz["seeds"] + k) % 2**64 for k in range(sz["seeds"])]
     progress.start(len(CONFIGS) * len(seeds) * sz["steps"], "low-precision recipes")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # small products: extra threads only wait on each other
