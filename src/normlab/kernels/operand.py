@@ -204,7 +204,10 @@ def _logical_scales(scales: Any, q: Quantizer, transposed: bool) -> Any:
     if scales is None or np.ndim(scales) == 0:
         return scales
     flip = transposed != q.scales_transposed
-    return _stored(q, np.ascontiguousarray(scales.T if flip else scales))
+    grid = np.ascontiguousarray(scales.T if flip else scales)
+    # a grid with a size-1 axis (one scale per row) is "contiguous" with any stride there;
+    # give it C strides, as a fresh tensor of its shape has
+    return _stored(q, grid.reshape(-1).reshape(grid.shape))
 
 
 def _e4m3_codes(v: np.ndarray) -> np.ndarray:
