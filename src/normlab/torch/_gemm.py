@@ -9,7 +9,10 @@ Dimension letters: M rows (batch x tokens), K in_features, N out_features.
 `q(t)_A` is `t` quantised with blocks along A, the GEMM's contraction dimension.
 Per-tensor recipes quantise x and W once in forward and dy once in backward (their values do
 not depend on the axis). Products are float32 matmuls of the dequantised operands: exact
-products, float32 accumulation. The bias and its gradient stay in float32. Operands and
+products, float32 accumulation. A bfloat16 layer whose operands are exact in bfloat16
+multiplies them in bfloat16 instead (float32 accumulation, per-tensor factors applied to
+the result: `normlab.torch._bf16_gemm`, within one bfloat16 unit of the float32 path),
+unless its `exact_gemm` is set. The bias and its gradient stay in float32. Operands and
 products run as the custom ops of `normlab.torch._operand_ops` (opaque to `torch.compile`,
 so compiled runs give eager's bits); operands enter in the model's dtype (a bfloat16
 model's are widened inside the rounding, never stored as float32 copies).
@@ -36,6 +39,7 @@ import torch
 
 from normlab.precision import recipes
 from normlab.precision.operands import OperandSpec, operand_spec
+from normlab.torch import _bf16_gemm as lowp
 from normlab.torch import _operand_ops as opaque
 from normlab.torch import _operands as ops
 from normlab.torch import _product_ops as products
@@ -196,6 +200,23 @@ def backward_operands(layer: Any, dy: torch.Tensor, w: torch.Tensor,
     return dy_n, w_n, dy_m, x_m
 
 
+def _product(layer: Any, a: lowp.GemmOperand, b: lowp.GemmOperand,
+             bias: torch.Tensor | None = None, *, dtypes: tuple[torch.dtype, ...],
+             trans_a: bool = False, trans_b: bool = False) -> torch.Tensor:
+    """One GEMM `op(a) @ op(b) (+ bias)` in float32: the float32 GEMM of the values (the
+    exact path), or, for a bfloat16 model (`dtypes`: input and weight) whose operands are
+    exact in bfloat16, the bfloat16 GEMM of `normlab.torch._bf16_gemm` (within one bfloat16
+    unit of the exact path; the layer's `exact_gemm` keeps the exact path)."""
+    if lowp.uses_bf16(a, b, dtypes, exact_gemm=getattr(layer, "exact_gemm", False)):
+        return lowp.gemm(a, b, bias, trans_a=trans_a, trans_b=trans_b)
+    return products.gemm(a.values, b.values, bias, trans_a=trans_a, trans_b=trans_b)
+
+
+def _scale_of(layer: Any, role: str) -> torch.Tensor | None:
+    """The per-tensor scale operand `role` was last quantised with (None: no such scale)."""
+    return None if layer.scale is None else layer.scale[ROLES.index(role)]
+
+
 class QuantLinearFunction(torch.autograd.Function):
     """`y = x W^T + b` with each GEMM's operands quantised by `layer.recipe`."""
 
@@ -205,7 +226,11 @@ class QuantLinearFunction(torch.autograd.Function):
         """`keep`: grad mode was on at the call, so a backward may follow (save for it)."""
         wgrad = keep and ctx.needs_input_grad[1]  # the wgrad GEMM will run
         qx, qw, saved, w_scale = forward_operands(layer, x, weight, keep=wgrad)  # M,K  N,K
-        y = products.gemm(qx, qw, bias, trans_b=True)  # M,N
+        r = layer.recipe
+        y = _product(layer, lowp.GemmOperand(qx, operand_spec(r, "x", 1), x,
+                                             _scale_of(layer, "x")),
+                     lowp.GemmOperand(qw, operand_spec(r, "w", 1), weight, w_scale), bias,
+                     dtypes=(x.dtype, weight.dtype), trans_b=True)  # M,N
         if keep:  # a backward may follow (grad mode was on)
             parts = (torch.empty(0),) * 3 if saved is None else saved.parts
             ctx.save_for_backward(weight, *parts,
@@ -225,11 +250,24 @@ class QuantLinearFunction(torch.autograd.Function):
             ctx.layer, dy, weight, saved, w_scale if ctx.has_scale else None,
             dgrad=need_dx, wgrad=need_dw)
         xt, wt, bt = ctx.dtypes
+        layer, r = ctx.layer, ctx.layer.recipe
+        dy_scale = _scale_of(layer, "dy")
         dx = dw = db = None
         if need_dx:
-            dx = products.gemm(dy_n, w_n).to(xt)  # type: ignore[arg-type]  # M,K
+            assert dy_n is not None and w_n is not None  # asked for: dgrad=need_dx
+            dx = _product(layer,
+                          lowp.GemmOperand(dy_n, operand_spec(r, "dy", 1), dy, dy_scale),
+                          lowp.GemmOperand(w_n, operand_spec(r, "w", 0), weight,
+                                           w_scale if ctx.has_scale else None),
+                          dtypes=(xt, wt)).to(xt)  # M,K
         if need_dw:
-            dw = products.gemm(dy_m, x_m, trans_a=True).to(wt)  # type: ignore[arg-type]  # N,K
+            # asked for (wgrad=need_dw); the forward kept x: the wgrad GEMM was to run
+            assert dy_m is not None and x_m is not None and saved is not None
+            dw = _product(layer,
+                          lowp.GemmOperand(dy_m, operand_spec(r, "dy", 0), dy, dy_scale,
+                                           _hadamard(layer)),
+                          lowp.GemmOperand(x_m, saved.spec, parts=saved.parts),
+                          dtypes=(xt, wt), trans_a=True).to(wt)  # N,K
         if ctx.has_bias and ctx.needs_input_grad[2]:
             db = products.column_sum(dy).to(bt)  # N
         return dx, dw, db, None, None
