@@ -188,37 +188,51 @@ def uses_bf16(a: GemmOperand, b: GemmOperand, dtypes: tuple[torch.dtype, ...], *
 
 
 def _factor(op: GemmOperand) -> torch.Tensor | None:
-    """The operand's per-tensor factor, 0-d float32 (None: 1); 0, inf or NaN count as 1
+    """The operand's per-tensor factor, float32 of shape (1,) (None: 1); 0, inf or NaN count as 1
     (an all-zero tensor's factor divides nothing then)."""
     f = _factoring(op.spec).factor(op)
     if f is None:
         return None
-    f = f.to(torch.float32).reshape(())
+    f = f.to(torch.float32).reshape(1)  # 1-D: it sets the dtype of the ops it enters
     return torch.where(torch.isfinite(f) & (f != 0), f, torch.ones_like(f))
+
+
+def _elements(values: torch.Tensor, factor: torch.Tensor | None) -> torch.Tensor:
+    """`bfloat16(values / factor)` in one pass (a float32 quotient rounded on the way out,
+    exact: module header), in the values' layout."""
+    if factor is None:
+        return values.to(torch.bfloat16)
+    return torch.div(values, factor, out=torch.empty_like(values, dtype=torch.bfloat16))
 
 
 @torch.library.custom_op("normlab::bf16_gemm", mutates_args=())
 def _bf16_gemm_op(a: torch.Tensor, b: torch.Tensor, a_factor: torch.Tensor | None,
                   b_factor: torch.Tensor | None, bias: torch.Tensor | None, trans_a: bool,
-                  trans_b: bool) -> torch.Tensor:
-    ea = (a if a_factor is None else a / a_factor).to(torch.bfloat16)  # exact (header)
-    eb = (b if b_factor is None else b / b_factor).to(torch.bfloat16)
-    out = ((ea.t() if trans_a else ea) @ (eb.t() if trans_b else eb)).to(torch.float32)
+                  trans_b: bool, out_dtype: torch.dtype) -> torch.Tensor:
+    ea, eb = _elements(a, a_factor), _elements(b, b_factor)
+    y = (ea.t() if trans_a else ea) @ (eb.t() if trans_b else eb)  # bfloat16, rounded once
     factors = [f for f in (a_factor, b_factor) if f is not None]
-    if factors:
-        out.mul_(factors[0] * factors[1] if len(factors) == 2 else factors[0])
-    return out if bias is None else out.add_(bias.to(torch.float32))
+    f = (factors[0] * factors[1] if len(factors) == 2 else factors[0]) if factors else None
+    if f is None and bias is None:
+        return y.to(out_dtype)
+    out = y.to(torch.float32)  # the factors and the bias in float32, in place
+    if f is not None:
+        out.mul_(f)
+    if bias is not None:
+        out.add_(bias.to(torch.float32))
+    return out.to(out_dtype)
 
 
 @_bf16_gemm_op.register_fake
-def _(a, b, a_factor, b_factor, bias, trans_a, trans_b):
+def _(a, b, a_factor, b_factor, bias, trans_a, trans_b, out_dtype):
     rows = a.shape[1] if trans_a else a.shape[0]
     cols = b.shape[0] if trans_b else b.shape[1]
-    return a.new_empty((rows, cols), dtype=torch.float32)
+    return a.new_empty((rows, cols), dtype=out_dtype)
 
 
 def gemm(a: GemmOperand, b: GemmOperand, bias: torch.Tensor | None = None, *,
-         trans_a: bool = False, trans_b: bool = False) -> torch.Tensor:
+         trans_a: bool = False, trans_b: bool = False,
+         out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """`op(a) @ op(b) (+ bias)` as one bfloat16 GEMM of the operands' elements, float32
     accumulation, the per-tensor factors and the bias applied in float32 (module header).
 
@@ -230,11 +244,15 @@ def gemm(a: GemmOperand, b: GemmOperand, bias: torch.Tensor | None = None, *,
         Added to each row in float32, shape (N,).
     trans_a, trans_b : bool, optional
         Transpose the operand first (inside: the GEMM sees the operands' own strides).
+    out_dtype : torch.dtype, optional
+        The result's dtype. Default float32; a narrower one takes the float32 result
+        rounded once (in the same pass that applies the factors and the bias).
 
     Returns
     -------
     out : torch.Tensor
-        float32, within the module header's bound of the exact path's float32 GEMM.
+        Within the module header's bound of the exact path's float32 GEMM (then cast to
+        `out_dtype`).
 
     Raises
     ------
@@ -246,4 +264,5 @@ def gemm(a: GemmOperand, b: GemmOperand, bias: torch.Tensor | None = None, *,
             raise ValueError(f"{name} must be exact in bfloat16 (element and varying scale "
                              f"within 8 significand bits); got the operand kind "
                              f"{op.spec.key()!r}: use the float32 GEMM")
-    return _bf16_gemm_op(a.values, b.values, _factor(a), _factor(b), bias, trans_a, trans_b)
+    return _bf16_gemm_op(a.values, b.values, _factor(a), _factor(b), bias, trans_a, trans_b,
+                         out_dtype)

@@ -202,14 +202,17 @@ def backward_operands(layer: Any, dy: torch.Tensor, w: torch.Tensor,
 
 def _product(layer: Any, a: lowp.GemmOperand, b: lowp.GemmOperand,
              bias: torch.Tensor | None = None, *, dtypes: tuple[torch.dtype, ...],
-             trans_a: bool = False, trans_b: bool = False) -> torch.Tensor:
-    """One GEMM `op(a) @ op(b) (+ bias)` in float32: the float32 GEMM of the values (the
-    exact path), or, for a bfloat16 model (`dtypes`: input and weight) whose operands are
-    exact in bfloat16, the bfloat16 GEMM of `normlab.torch._bf16_gemm` (within one bfloat16
-    unit of the exact path; the layer's `exact_gemm` keeps the exact path)."""
+             out_dtype: torch.dtype, trans_a: bool = False,
+             trans_b: bool = False) -> torch.Tensor:
+    """One GEMM `op(a) @ op(b) (+ bias)` in float32, cast to `out_dtype`: the float32 GEMM
+    of the values (the exact path), or, for a bfloat16 model (`dtypes`: input and weight)
+    whose operands are exact in bfloat16, the bfloat16 GEMM of `normlab.torch._bf16_gemm`
+    (within one bfloat16 unit of the exact path; the layer's `exact_gemm` keeps the exact
+    path)."""
     if lowp.uses_bf16(a, b, dtypes, exact_gemm=getattr(layer, "exact_gemm", False)):
-        return lowp.gemm(a, b, bias, trans_a=trans_a, trans_b=trans_b)
-    return products.gemm(a.values, b.values, bias, trans_a=trans_a, trans_b=trans_b)
+        return lowp.gemm(a, b, bias, trans_a=trans_a, trans_b=trans_b, out_dtype=out_dtype)
+    return products.gemm(a.values, b.values, bias, trans_a=trans_a,
+                         trans_b=trans_b).to(out_dtype)
 
 
 def _scale_of(layer: Any, role: str) -> torch.Tensor | None:
@@ -230,7 +233,7 @@ class QuantLinearFunction(torch.autograd.Function):
         y = _product(layer, lowp.GemmOperand(qx, operand_spec(r, "x", 1), x,
                                              _scale_of(layer, "x")),
                      lowp.GemmOperand(qw, operand_spec(r, "w", 1), weight, w_scale), bias,
-                     dtypes=(x.dtype, weight.dtype), trans_b=True)  # M,N
+                     dtypes=(x.dtype, weight.dtype), out_dtype=x.dtype, trans_b=True)  # M,N
         if keep:  # a backward may follow (grad mode was on)
             parts = (torch.empty(0),) * 3 if saved is None else saved.parts
             ctx.save_for_backward(weight, *parts,
@@ -238,7 +241,7 @@ class QuantLinearFunction(torch.autograd.Function):
             ctx.saved_meta = None if saved is None else (saved.spec, saved.shape, saved.order)
         ctx.layer, ctx.has_bias, ctx.has_scale = layer, bias is not None, w_scale is not None
         ctx.dtypes = (x.dtype, weight.dtype, None if bias is None else bias.dtype)
-        return y.to(x.dtype)
+        return y
 
     @staticmethod
     def backward(ctx: Any, dy: torch.Tensor) -> tuple[Any, ...]:
@@ -259,7 +262,7 @@ class QuantLinearFunction(torch.autograd.Function):
                           lowp.GemmOperand(dy_n, operand_spec(r, "dy", 1), dy, dy_scale),
                           lowp.GemmOperand(w_n, operand_spec(r, "w", 0), weight,
                                            w_scale if ctx.has_scale else None),
-                          dtypes=(xt, wt)).to(xt)  # M,K
+                          dtypes=(xt, wt), out_dtype=xt)  # M,K
         if need_dw:
             # asked for (wgrad=need_dw); the forward kept x: the wgrad GEMM was to run
             assert dy_m is not None and x_m is not None and saved is not None
@@ -267,7 +270,7 @@ class QuantLinearFunction(torch.autograd.Function):
                           lowp.GemmOperand(dy_m, operand_spec(r, "dy", 0), dy, dy_scale,
                                            _hadamard(layer)),
                           lowp.GemmOperand(x_m, saved.spec, parts=saved.parts),
-                          dtypes=(xt, wt), trans_a=True).to(wt)  # N,K
+                          dtypes=(xt, wt), out_dtype=wt, trans_a=True)  # N,K
         if ctx.has_bias and ctx.needs_input_grad[2]:
             db = products.column_sum(dy).to(bt)  # N
         return dx, dw, db, None, None
