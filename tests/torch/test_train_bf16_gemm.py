@@ -193,3 +193,17 @@ def test_gemm_refuses_an_operand_not_exact_in_bf16():
     a = lowp.GemmOperand(torch.ones(4, 128), spec)
     with pytest.raises(ValueError, match="a must be exact in bfloat16"):
         lowp.gemm(a, a, trans_b=True)
+
+
+def test_bf16_rounding_of_a_bf16_tensor_multiplies_the_tensor_itself():
+    # the Bf16 recipe's operand of a bf16 tensor is that tensor (rounding is the identity),
+    # so the GEMM takes the source without a conversion pass; scaled kinds take the values
+    x = torch.randn(16, 64).to(torch.bfloat16)
+    for r, shortcut in ((nt.Bf16Recipe(), True), (nt.MXRecipe(), False)):
+        spec = operand_spec(r, "x", 1)
+        layer = nt.QuantLinear(64, 8, recipe=r, dtype=torch.bfloat16)
+        values = _gemm.quantize_operand(layer, x, "x", axis=1)
+        op = lowp.GemmOperand(values, spec, x)
+        assert (lowp._unconverted(op, None) is x) is shortcut
+        if shortcut:
+            assert torch.equal(values, x.float())

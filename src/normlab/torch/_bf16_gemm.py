@@ -197,9 +197,21 @@ def _factor(op: GemmOperand) -> torch.Tensor | None:
     return torch.where(torch.isfinite(f) & (f != 0), f, torch.ones_like(f))
 
 
+def _unconverted(op: GemmOperand, factor: torch.Tensor | None) -> torch.Tensor:
+    """What the GEMM converts: the bfloat16 source itself where the operand is its rounding
+    to bfloat16 with no scale (the Bf16 recipe: the identity on a bfloat16 tensor, so no
+    conversion pass), else the values."""
+    src = op.source
+    if (src is not None and src.dtype == torch.bfloat16 and op.spec.fmt == BFLOAT16
+            and factor is None and op.hadamard is None and src.shape == op.values.shape
+            and _factoring(op.spec).scale_bits(op.spec) == 0):
+        return src
+    return op.values
+
+
 def _elements(values: torch.Tensor, factor: torch.Tensor | None) -> torch.Tensor:
     """`bfloat16(values / factor)` in one pass (a float32 quotient rounded on the way out,
-    exact: module header), in the values' layout."""
+    exact: module header), in the values' layout; bfloat16 values as they are."""
     if factor is None:
         return values.to(torch.bfloat16)
     return torch.div(values, factor, out=torch.empty_like(values, dtype=torch.bfloat16))
@@ -264,5 +276,6 @@ def gemm(a: GemmOperand, b: GemmOperand, bias: torch.Tensor | None = None, *,
             raise ValueError(f"{name} must be exact in bfloat16 (element and varying scale "
                              f"within 8 significand bits); got the operand kind "
                              f"{op.spec.key()!r}: use the float32 GEMM")
-    return _bf16_gemm_op(a.values, b.values, _factor(a), _factor(b), bias, trans_a, trans_b,
-                         out_dtype)
+    fa, fb = _factor(a), _factor(b)
+    return _bf16_gemm_op(_unconverted(a, fa), _unconverted(b, fb), fa, fb, bias, trans_a,
+                         trans_b, out_dtype)
