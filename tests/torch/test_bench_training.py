@@ -65,6 +65,20 @@ def test_linear_layers_save_their_inputs_unconverted_and_codes_under_fp8():
     assert tr._saved(fp8, linear_only=True) == inputs + size.blocks * 2 * 2 * 4
 
 
+def test_saved_bytes_per_token_cancel_what_does_not_grow_with_the_tokens():
+    # per token the linear layers keep their inputs: 2 bytes an element unconverted, one
+    # FP8 code; the two float32 scales each layer keeps do not grow with the tokens
+    size = tm.ModelSize(tokens=32, width=16, hidden=48, blocks=2)
+    plain = tm.build_model(size, torch.bfloat16)
+    per_token = size.blocks * (size.width + size.hidden)
+    assert tr._saved_per_token(plain, size, linear_only=True) == 2 * per_token
+    fp8 = tm.convert(plain, nt.Fp8DelayedRecipe())
+    assert tr._saved_per_token(fp8, size, linear_only=True) == per_token
+    # the whole model adds LayerNorm's and GELU's bf16 inputs, the same converted or not
+    whole = tr._saved_per_token(plain, size) - tr._saved_per_token(fp8, size)
+    assert whole == per_token
+
+
 def test_checkpointed_blocks_keep_their_input_and_fc2s_codes():
     # + checkpoint: per block the block's bf16 input (kept to recompute norm, fc1, GELU)
     # and fc2's FP8 codes with its two float32 scales; what the recomputed part saved in
@@ -142,6 +156,8 @@ def test_quick_section_checks_times_and_measures_every_recipe():
     assert section["ok"] is True
     assert rows["unconverted"]["saved_bf16_ratio"] == 1.0
     assert rows["unconverted"]["saved_linear_ratio"] == 1.0
+    assert rows["unconverted"]["token_linear_ratio"] == rows["unconverted"]["token_ratio"] == 1
+    assert section["info"]["plain_fp32_over_bf16"] > 0
     for name in tm.recipes():
         row = rows[name]
         assert row["check"]["passed"]
@@ -155,6 +171,7 @@ def test_quick_section_checks_times_and_measures_every_recipe():
             assert row["saved_linear_ratio"] == 1.0
         elif name != "Bf16":
             assert row["saved_linear_ratio"] < row["saved_bf16_ratio"] < 1.0
+            assert 0 < row["token_linear_ratio"] < row["token_ratio"] < 1.0
     for name in tr.CHECKPOINTED:  # checked, and saving less than without checkpointing
         row = rows[f"{name} + checkpoint"]
         assert row["check"]["passed"] and row["fp32_ratio"] > 0
@@ -164,6 +181,7 @@ def test_quick_section_checks_times_and_measures_every_recipe():
         assert torchao["status"] == "not installed"
     text = tr.format_training(section)
     assert "correctness: ok" in text and "NVFP4" in text and tr.TORCHAO in text
+    assert "L = plain fp32 step / plain bf16 step" in text and "per token" in text
     assert torch.get_num_threads() >= 1  # the quick run restored torch's thread count
 
 

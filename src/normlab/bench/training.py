@@ -19,6 +19,14 @@ For each recipe (Bf16, FP8 delayed, FP8 current, Blockwise FP8, MX, NVFP4) on th
   what the unconverted model's linear layers save. The rest of the model (LayerNorm's
   input, GELU's input) saves the same bytes under every recipe, as it does under
   Transformer Engine.
+- memory per token, bfloat16 model: the same counts at the section's tokens and at half
+  as many, their difference over the tokens between (what does not grow with the tokens,
+  quantised weight copies and scales, cancels), whole model and linear layers, over the
+  unconverted model's;
+- L, the plain float32 step over the plain bfloat16 step (alternating rounds): what
+  bfloat16 GEMMs buy on this machine. The converted bfloat16 model multiplies in
+  bfloat16 where its operands are exact in bfloat16 (`normlab.torch._bf16_gemm`; the
+  check above is of the float32 layer, the bfloat16 path has its own tests).
 
 Three recipes run again with activation checkpointing ("+ checkpoint": norm, fc1 and GELU
 of each block recomputed in backward,
@@ -35,6 +43,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -76,6 +85,22 @@ def _saved(run: Run, linear_only: bool = False) -> int:
     return nbytes
 
 
+def _saved_per_token(model: torch.nn.Module, size: ModelSize,
+                     linear_only: bool = False) -> float:
+    """Bytes saved for backward per token: the difference between a forward of `size.tokens`
+    tokens and one of half as many, over the difference in tokens, so that what does not
+    grow with the tokens (quantised weight copies, scales) cancels."""
+    half = replace(size, tokens=size.tokens // 2)
+    full = _saved(Run.of(model, size), linear_only)
+    return (full - _saved(Run.of(model, half), linear_only)) / (size.tokens - half.tokens)
+
+
+def _per_token(row: dict[str, Any], model: torch.nn.Module, size: ModelSize) -> None:
+    """The bfloat16 model's saved bytes per token, whole and its linear layers', into `row`."""
+    row["token_bytes"] = _saved_per_token(model, size)
+    row["token_linear_bytes"] = _saved_per_token(model, size, linear_only=True)
+
+
 def _measure(row: dict[str, Any], convert_fn: Callable[[torch.nn.Module], torch.nn.Module],
              plain: dict[str, Run], size: ModelSize, rounds: int,
              plain_steps: dict[str, list[float]]) -> None:
@@ -86,6 +111,7 @@ def _measure(row: dict[str, Any], convert_fn: Callable[[torch.nn.Module], torch.
         row[f"saved_{name}_bytes"] = _saved(conv)
         if name == "bf16":
             row["saved_linear_bytes"] = _saved(conv, linear_only=True)
+            _per_token(row, conv.model, size)
         t = alternate(conv.step, run.step, rounds=rounds)
         row[f"{name}_ratio"], row[f"{name}_spread"] = t.ratio, t.ratio_spread
         row[f"{name}_step_s"] = statistics.median(t.a_s)
@@ -160,6 +186,8 @@ def _section(size: ModelSize, rounds: int, seed: int) -> dict[str, Any]:
     for name, run in plain.items():
         base[f"saved_{name}_bytes"] = _saved(run)
     base["saved_linear_bytes"] = _saved(plain["bf16"], linear_only=True)
+    _per_token(base, plain["bf16"].model, size)
+    plain_ratio = alternate(plain["fp32"].step, plain["bf16"].step, rounds=rounds)
     rows = []
     plain_steps: dict[str, list[float]] = {name: [] for name in DTYPES}
     chosen = recipes()
@@ -181,11 +209,14 @@ def _section(size: ModelSize, rounds: int, seed: int) -> dict[str, Any]:
         for name in DTYPES:
             if f"saved_{name}_bytes" in r:
                 r[f"saved_{name}_ratio"] = r[f"saved_{name}_bytes"] / base["saved_bf16_bytes"]
-        if "saved_linear_bytes" in r:
-            r["saved_linear_ratio"] = r["saved_linear_bytes"] / base["saved_linear_bytes"]
+        for key in ("saved_linear", "token", "token_linear"):
+            if f"{key}_bytes" in r:
+                r[f"{key}_ratio"] = r[f"{key}_bytes"] / base[f"{key}_bytes"]
     end = other_load()
     info = {"tokens": size.tokens, "width": size.width, "hidden": size.hidden,
             "blocks": size.blocks, "rounds": rounds, "torch_threads": torch.get_num_threads(),
+            "plain_fp32_over_bf16": plain_ratio.ratio,
+            "plain_fp32_over_bf16_spread": plain_ratio.ratio_spread,
             "load_average_1min": None if load is None else load[0],
             "load_average_1min_end": None if end is None else end[0]}
     ok = all(r["check"]["passed"] for r in rows if r["recipe"] != TORCHAO)
@@ -193,7 +224,8 @@ def _section(size: ModelSize, rounds: int, seed: int) -> dict[str, Any]:
 
 
 _COLUMNS = ("recipe", "check", "fp32 model step", "bf16 model step", "saved, fp32 model",
-            "saved, bf16 model", "saved by linears, bf16")
+            "saved, bf16 model", "saved by linears, bf16", "per token, bf16",
+            "per token, linears, bf16")
 
 
 def _check_cell(row: dict[str, Any]) -> str:
@@ -207,7 +239,7 @@ def _check_cell(row: dict[str, Any]) -> str:
 
 def _cells(row: dict[str, Any]) -> list[str]:
     if row["recipe"] == TORCHAO and row.get("status") != "ok":
-        return [row["recipe"], row["status"], "-", "-", "-", "-", "-"]
+        return [row["recipe"], row["status"], "-", "-", "-", "-", "-", "-", "-"]
     cells = [row["recipe"], _check_cell(row)]
     for name in DTYPES:
         ratio = f"{row[f'{name}_ratio']:.2f}x"
@@ -216,6 +248,8 @@ def _cells(row: dict[str, Any]) -> list[str]:
                      f"{ratio} ({100 * row[f'{name}_spread']:.0f}%)")
     for key in [f"saved_{name}" for name in DTYPES] + ["saved_linear"]:
         cells.append(f"{row[f'{key}_ratio']:.2f}x ({row[f'{key}_bytes'] / 2**20:.1f} MiB)")
+    for key in ("token", "token_linear"):
+        cells.append(f"{row[f'{key}_ratio']:.2f}x ({row[f'{key}_bytes']:.0f} B)")
     return cells
 
 
@@ -239,12 +273,17 @@ def format_training(section: dict[str, Any], markdown: bool = False) -> str:
     load = " -> ".join("-" if v is None else f"{v:.2f}" for v in loads)
     head = (f"emulated training (normlab.torch): {i['blocks']} residual MLP blocks, tokens "
             f"{i['tokens']}, width {i['width']}, hidden {i['hidden']}, AdamW; torch threads "
-            f"{i['torch_threads']}, load average {load} (start -> end)")
+            f"{i['torch_threads']}, load average {load} (start -> end); L = plain fp32 step / "
+            f"plain bf16 step = {i['plain_fp32_over_bf16']:.2f}x "
+            f"({100 * i['plain_fp32_over_bf16_spread']:.0f}%)")
     legend = (f"step = converted step / unconverted step, median over {i['rounds']} "
               "alternating rounds of the round's ratio (interquartile spread in brackets; "
               "the unconverted row gives its step time); saved = bytes saved for backward "
               "by one forward of the model (distinct storages, parameters excluded) / those "
-              "of the unconverted bf16 model; + checkpoint = norm, fc1 and GELU recomputed "
+              "of the unconverted bf16 model; per token = (saved at the section's tokens - "
+              "saved at half as many) / the tokens between, over the unconverted bf16 "
+              "model's (weight copies and scales cancel); + checkpoint = norm, fc1 and GELU "
+              "recomputed "
               "in backward (check: trains bit for bit as without); saved by linears = what "
               "the linear layers alone save / what they save unconverted, bf16 model; "
               "check = the layer's forward against the recipe's NumPy functions "

@@ -13,7 +13,10 @@ Every operand is `q(t)` of the quantizer the recipe names for its role and axis
 quantizer, never the recipe's class. Quantizers without blocks (elementwise rounding, one
 per-tensor scale) quantise x and W once in forward and dy once in backward (their values do
 not depend on the axis). Products are float32 matmuls of the dequantised operands: exact
-products, float32 accumulation. The bias and its gradient stay in float32. Operands and
+products, float32 accumulation. A bfloat16 layer whose operands are exact in bfloat16
+multiplies them in bfloat16 instead (float32 accumulation, per-tensor factors applied to
+the result: `normlab.torch._bf16_gemm`, within one bfloat16 unit of the float32 path),
+unless its `exact_gemm` is set. The bias and its gradient stay in float32. Operands and
 products run as the custom ops of `normlab.torch._operand_ops` (opaque to `torch.compile`,
 so compiled runs give eager's bits); operands enter in the model's dtype (a bfloat16
 model's are widened inside the rounding, never stored as float32 copies).
@@ -39,6 +42,7 @@ from typing import Any
 import torch
 
 from normlab.precision.quantizers import Quantizer
+from normlab.torch import _bf16_gemm as lowp
 from normlab.torch import _operand_ops as opaque
 from normlab.torch import _product_ops as products
 from normlab.torch._operand_ops import stream_seed
@@ -205,6 +209,36 @@ def _w_for_dgrad(layer: Any, w: torch.Tensor, w_scale: torch.Tensor | None) -> t
     return quantize_operand(layer, w, "w", 0)
 
 
+def _product(layer: Any, a: lowp.GemmOperand, b: lowp.GemmOperand,
+             bias: torch.Tensor | None = None, *, dtypes: tuple[torch.dtype, ...],
+             out_dtype: torch.dtype, trans_a: bool = False,
+             trans_b: bool = False) -> torch.Tensor:
+    """One GEMM `op(a) @ op(b) (+ bias)` in float32, cast to `out_dtype`: the float32 GEMM
+    of the values (the exact path), or, for a bfloat16 model (`dtypes`: input and weight)
+    whose operands are exact in bfloat16, the bfloat16 GEMM of `normlab.torch._bf16_gemm`
+    (within one bfloat16 unit of the exact path; the layer's `exact_gemm` keeps the exact
+    path)."""
+    if lowp.uses_bf16(a, b, dtypes, exact_gemm=getattr(layer, "exact_gemm", False)):
+        return lowp.gemm(a, b, bias, trans_a=trans_a, trans_b=trans_b, out_dtype=out_dtype)
+    return products.gemm(a.values, b.values, bias, trans_a=trans_a,
+                         trans_b=trans_b).to(out_dtype)
+
+
+def _scale_of(layer: Any, role: str) -> torch.Tensor | None:
+    """The per-tensor scale operand `role` was last quantised with (None: no such scale)."""
+    return None if layer.scale is None else layer.scale[ROLES.index(role)]
+
+
+def _operand(layer: Any, values: torch.Tensor, role: str, axis: int, t: torch.Tensor,
+             **kw: Any) -> lowp.GemmOperand:
+    """A GEMM operand: `values` of `t` quantised by the layer's quantizer of (role, axis),
+    with the per-tensor scale it used."""
+    return lowp.GemmOperand(values, operand_quantizer(layer, role, axis, t), t,
+                            _scale_of(layer, role), **kw)
+
+
+
+
 class QuantLinearFunction(torch.autograd.Function):
     """`y = x W^T + b` with each GEMM's operands quantised by `layer.recipe`."""
 
@@ -214,7 +248,9 @@ class QuantLinearFunction(torch.autograd.Function):
         """`keep`: grad mode was on at the call, so a backward may follow (save for it)."""
         wgrad = keep and ctx.needs_input_grad[1]  # the wgrad GEMM will run
         qx, qw, saved, w_scale = forward_operands(layer, x, weight, keep=wgrad)  # M,K  N,K
-        y = products.gemm(qx, qw, bias, trans_b=True)  # M,N
+        y = _product(layer, _operand(layer, qx, "x", 1, x),
+                     _operand(layer, qw, "w", 1, weight), bias,
+                     dtypes=(x.dtype, weight.dtype), out_dtype=x.dtype, trans_b=True)  # M,N
         if keep:  # a backward may follow (grad mode was on)
             parts = (torch.empty(0),) * 3 if saved is None else saved.parts
             ctx.save_for_backward(weight, *parts,
@@ -222,7 +258,7 @@ class QuantLinearFunction(torch.autograd.Function):
             ctx.saved_meta = None if saved is None else (saved.spec, saved.shape, saved.order)
         ctx.layer, ctx.has_bias, ctx.has_scale = layer, bias is not None, w_scale is not None
         ctx.dtypes = (x.dtype, weight.dtype, None if bias is None else bias.dtype)
-        return y.to(x.dtype)
+        return y
 
     @staticmethod
     def backward(ctx: Any, dy: torch.Tensor) -> tuple[Any, ...]:
@@ -234,11 +270,23 @@ class QuantLinearFunction(torch.autograd.Function):
             ctx.layer, dy, weight, saved, w_scale if ctx.has_scale else None,
             dgrad=need_dx, wgrad=need_dw)
         xt, wt, bt = ctx.dtypes
+        layer = ctx.layer
         dx = dw = db = None
         if need_dx:
-            dx = products.gemm(dy_n, w_n).to(xt)  # type: ignore[arg-type]  # M,K
+            assert dy_n is not None and w_n is not None  # asked for: dgrad=need_dx
+            # W in dgrad: the forward's scale where one quantisation serves both GEMMs,
+            # else the scale of its own dgrad quantisation (the layer's current one)
+            w_op = _operand(layer, w_n, "w", 0, weight)
+            if ctx.has_scale and layer.one_quantization["w"] is not None:
+                w_op = lowp.GemmOperand(w_n, w_op.quantizer, weight, w_scale)
+            dx = _product(layer, _operand(layer, dy_n, "dy", 1, dy), w_op,
+                          dtypes=(xt, wt), out_dtype=xt)  # M,K
         if need_dw:
-            dw = products.gemm(dy_m, x_m, trans_a=True).to(wt)  # type: ignore[arg-type]  # N,K
+            # asked for (wgrad=need_dw); the forward kept x: the wgrad GEMM was to run
+            assert dy_m is not None and x_m is not None and saved is not None
+            dw = _product(layer, _operand(layer, dy_m, "dy", 0, dy, hadamard=_hadamard(layer)),
+                          lowp.GemmOperand(x_m, saved.spec, parts=saved.parts),
+                          dtypes=(xt, wt), out_dtype=wt, trans_a=True)  # N,K
         if ctx.has_bias and ctx.needs_input_grad[2]:
             db = products.column_sum(dy).to(bt)  # N
         return dx, dw, db, None, None

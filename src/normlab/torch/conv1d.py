@@ -38,6 +38,8 @@ class QuantConv1D(QuantLinear):
         As for [QuantLinear][normlab.torch.nn.QuantLinear].
     seed_stream : int, optional
         As for [QuantLinear][normlab.torch.nn.QuantLinear].
+    exact_gemm : bool, optional
+        As for [QuantLinear][normlab.torch.nn.QuantLinear]. Default False.
     device : torch.device or None, optional
         Where the parameters live.
     dtype : torch.dtype or None, optional
@@ -62,12 +64,12 @@ class QuantConv1D(QuantLinear):
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
                  recipe: Recipe, process_group: Any | None = None, seed_stream: int = 0,
-                 device: Any = None, dtype: Any = None) -> None:
+                 exact_gemm: bool = False, device: Any = None, dtype: Any = None) -> None:
         # validate and set the recipe on meta (no storage, no initialisation), then give the
         # layer Conv1D's parameters and initialise them once
         super().__init__(in_features, out_features, bias, recipe=recipe,
                          process_group=process_group, seed_stream=seed_stream,
-                         device="meta", dtype=dtype)
+                         exact_gemm=exact_gemm, device="meta", dtype=dtype)
         kw = {"device": device, "dtype": dtype}
         self.weight = torch.nn.Parameter(torch.empty(self.in_features, self.out_features,
                                                      **kw))  # K,N

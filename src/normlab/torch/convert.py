@@ -46,12 +46,14 @@ def convert(model: torch.nn.Module, recipe: Recipe | Mapping[str, Recipe | None]
             module_filter_fn: Callable[[torch.nn.Module, str], bool] | None = ...,
             keep_lm_head: bool = ..., process_group: Any | None = ...,
             skip: Callable[[str, torch.nn.Module], bool] | None = ...,
+            exact_gemm: bool = ...,
             return_summary: Literal[False] = ...) -> torch.nn.Module: ...
 @overload
 def convert(model: torch.nn.Module, recipe: Recipe | Mapping[str, Recipe | None], *,
             module_filter_fn: Callable[[torch.nn.Module, str], bool] | None = ...,
             keep_lm_head: bool = ..., process_group: Any | None = ...,
             skip: Callable[[str, torch.nn.Module], bool] | None = ...,
+            exact_gemm: bool = ...,
             return_summary: Literal[True]) -> tuple[torch.nn.Module, ConvertSummary]: ...
 
 
@@ -59,7 +61,7 @@ def convert(model: torch.nn.Module, recipe: Recipe | Mapping[str, Recipe | None]
             module_filter_fn: Callable[[torch.nn.Module, str], bool] | None = None,
             keep_lm_head: bool = True, process_group: Any | None = None,
             skip: Callable[[str, torch.nn.Module], bool] | None = None,
-            return_summary: bool = False) -> Any:
+            exact_gemm: bool = False, return_summary: bool = False) -> Any:
     """Replace the linear layers of `model` by recipe layers, in place.
 
     Converted: `torch.nn.Linear` and its subclasses that keep its `forward`
@@ -91,6 +93,11 @@ def convert(model: torch.nn.Module, recipe: Recipe | Mapping[str, Recipe | None]
     skip : callable or None, optional
         Deprecated: `skip(fqn, module) -> bool`, True leaves the layer alone. Use
         `module_filter_fn` (note its reversed sense and argument order).
+    exact_gemm : bool, optional
+        Every new layer's `exact_gemm` ([QuantLinear][normlab.torch.nn.QuantLinear]):
+        True keeps a bfloat16 model's GEMMs in float32 on the dequantised operands, for
+        bit-identical emulation. Default False: GEMMs in bfloat16 on operands exact in
+        bfloat16, within one bfloat16 unit of the float32 path.
     return_summary : bool, optional
         Return `(model, summary)` instead of `model`. Default False. The summary is logged
         at INFO level on the `normlab.torch.convert` logger either way, and at WARNING
@@ -139,6 +146,8 @@ def convert(model: torch.nn.Module, recipe: Recipe | Mapping[str, Recipe | None]
             raise TypeError(f"{name} must be callable or None; got {fn!r}")
     if not isinstance(keep_lm_head, bool):
         raise TypeError(f"keep_lm_head must be a bool; got {keep_lm_head!r}")
+    if not isinstance(exact_gemm, bool):
+        raise TypeError(f"exact_gemm must be a bool; got {exact_gemm!r}")
     if skip is not None:
         warnings.warn("convert(skip=...) is deprecated; use module_filter_fn(module, fqn), "
                       "which returns True for the layers to convert", DeprecationWarning,
@@ -150,7 +159,7 @@ def convert(model: torch.nn.Module, recipe: Recipe | Mapping[str, Recipe | None]
     for d in decisions:
         if d.action in ("convert", "reconvert"):
             old = model.get_submodule(d.name)
-            _replace(slots, old, _swap(old, d.recipe, process_group, index))
+            _replace(slots, old, _swap(old, d.recipe, process_group, index, exact_gemm))
             index += 1
     summary = ConvertSummary(tuple(decisions))
     logger.info("%s", summary)
@@ -235,11 +244,13 @@ def _carry(old: torch.nn.Module, new: torch.nn.Module) -> None:
         new._is_hf_initialized = old._is_hf_initialized
 
 
-def _swap(old: Any, recipe: Recipe, group: Any | None, index: int) -> QuantLinear:
+def _swap(old: Any, recipe: Recipe, group: Any | None, index: int,
+          exact_gemm: bool) -> QuantLinear:
     cls = target_class(old)
     k, n = (old.nx, old.nf) if cls is QuantConv1D else (old.in_features, old.out_features)
     new = cls(k, n, old.bias is not None, recipe=recipe, process_group=group,
-              seed_stream=index, device="meta", dtype=old.weight.dtype)  # no storage, no init
+              seed_stream=index, exact_gemm=exact_gemm, device="meta",
+              dtype=old.weight.dtype)  # no storage, no init
     _carry(old, new)
     new._init_state(old.weight.device)
     new._plain_class = old._plain_class if isinstance(old, QuantLinear) else type(old)

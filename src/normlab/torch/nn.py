@@ -83,6 +83,15 @@ class QuantLinear(torch.nn.Linear):
     seed_stream : int, optional
         Distinguishes this layer's stochastic-rounding streams (`convert` numbers the
         layers); the recipe's `seed` is added. Default 0.
+    exact_gemm : bool, optional
+        Keep every GEMM in float32 on the dequantised operands, for emulation bit-identical
+        to the float32 path. Default False: a bfloat16 layer (input and weight) multiplies
+        operands whose values bfloat16 holds exactly (the Bf16 recipe, FP8, MX, NVFP4,
+        blockwise FP8 with power-of-two scales) in one bfloat16 GEMM with float32
+        accumulation, per-tensor scales applied to the float32 result, at bfloat16 speed;
+        its outputs differ from the float32 path by at most one bfloat16 unit in the last
+        place, plus float32 accumulation error (`normlab.torch._bf16_gemm`). float32 layers
+        always take the float32 path.
     device : torch.device or None, optional
         As for `torch.nn.Linear`.
     dtype : torch.dtype or None, optional
@@ -91,7 +100,7 @@ class QuantLinear(torch.nn.Linear):
     Raises
     ------
     TypeError
-        If `recipe` is not a recipe.
+        If `recipe` is not a recipe, or `exact_gemm` not a bool.
     ValueError
         If a size is not a positive integer.
 
@@ -111,8 +120,11 @@ class QuantLinear(torch.nn.Linear):
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
                  recipe: Recipe, process_group: Any | None = None, seed_stream: int = 0,
-                 device: Any = None, dtype: Any = None) -> None:
+                 exact_gemm: bool = False, device: Any = None, dtype: Any = None) -> None:
         k = check_int(in_features, "in_features", minimum=1)
+        if not isinstance(exact_gemm, bool):
+            raise TypeError(f"exact_gemm must be a bool; got {exact_gemm!r}")
+        self.exact_gemm = exact_gemm
         n = check_int(out_features, "out_features", minimum=1)
         # set before torch.nn.Linear.__init__, which calls reset_parameters -> _init_state
         self.recipe = check_recipe(recipe)
