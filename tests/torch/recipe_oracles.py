@@ -235,5 +235,8 @@ def rowwise(x: np.ndarray, fmt: Format, axis: int | None) -> tuple[np.ndarray, n
     out, data = np.empty(x.shape, np.float32), np.empty(x.shape, np.float32)
     for idx in slices:
         s = torchao_scale(amax_of(x[idx]), fmt.max)
+        if s != s:  # a non-finite slice: all NaN (normlab writes the positive quiet NaN)
+            data[idx] = out[idx] = np.float32(np.nan)
+            continue
         data[idx], out[idx] = per_tensor_parts(x[idx].astype(np.float32), fmt, s)
     return out, data

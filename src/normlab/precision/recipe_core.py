@@ -205,6 +205,10 @@ def blockwise_quantize_parts(x: Any, fmt: Format, *, block: tuple[int, ...],
         work = xp.work(x)
         scaled = blocks.scale_blocks(work, xp.cast_like(s, work), block, xp=xp)
         data = xp.astype(xp.quantize(scaled, fmt, saturate=True), "float32")
+        if nonfinite_nan:  # a NaN-scaled block is the positive quiet NaN throughout (the
+            # sign of NaN * NaN is the hardware's choice; the kernels' is the scale's)
+            nan = blocks.spread(xp.isnan(s), block, tuple(data.shape), xp=xp)
+            data = xp.where(nan, xp.scalar(float("nan"), data), data)
         return data, s, inv
 
 
