@@ -40,6 +40,7 @@ from normlab.torch import _operand_ops as opaque
 from normlab.torch import _operands as ops
 from normlab.torch import _product_ops as products
 from normlab.torch._operand_ops import stream_seed
+from normlab.torch.nonfinite import count_nonfinite
 
 __all__ = [
     "ROLES",
@@ -218,6 +219,7 @@ class QuantLinearFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, dy: torch.Tensor) -> tuple[Any, ...]:
         weight, codes, scales, tensor_scale, w_scale = ctx.saved_tensors
+        count_nonfinite(ctx.layer.nonfinite_operands, dy)  # M,N
         saved = (None if ctx.saved_meta is None
                  else SavedOperand((codes, scales, tensor_scale), *ctx.saved_meta))
         need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
