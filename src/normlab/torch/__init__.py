@@ -47,8 +47,9 @@ __all__ = [
 
 # --- training: QuantLinear, convert, recipes, AdamW (owner: torchtrain) ---
 from normlab.torch.conv1d import QuantConv1D
-from normlab.torch.convert import ConvertSummary, convert, unconvert
+from normlab.torch.convert import ConvertSummary, UnmatchedPatternWarning, convert, unconvert
 from normlab.torch.nn import QuantLinear
+from normlab.torch.nonfinite import nonfinite_layers
 from normlab.torch.optim import AdamW
 from normlab.torch.recipes import (
     Bf16Recipe,
@@ -60,20 +61,24 @@ from normlab.torch.recipes import (
 )
 from normlab.torch.steps import training_step
 from normlab.torch.switch import no_quantization, quantization_enabled
+from normlab.torch.training_mode import EvalModeTrainingWarning
 
 __all__ += [
     "AdamW",
     "Bf16Recipe",
     "BlockwiseFp8Recipe",
     "ConvertSummary",
+    "EvalModeTrainingWarning",
     "Fp8CurrentRecipe",
     "Fp8DelayedRecipe",
     "MXRecipe",
     "NVFP4Recipe",
     "QuantConv1D",
     "QuantLinear",
+    "UnmatchedPatternWarning",
     "convert",
     "no_quantization",
+    "nonfinite_layers",
     "quantization_enabled",
     "training_step",
     "unconvert",
