@@ -78,5 +78,5 @@ def test_the_count_covers_the_whole_step_and_evaluation_does_not_restart_it() ->
 
 
 def test_nonfinite_layers_checks_its_argument() -> None:
-    with pytest.raises(TypeError, match="torch.nn.Module"):
+    with pytest.raises(TypeError, match=r"torch\.nn\.Module"):
         nonfinite_layers("model")  # type: ignore[arg-type]
