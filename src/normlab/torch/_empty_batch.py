@@ -6,7 +6,7 @@ gradients, as `torch.nn.Linear` does. A data-parallel rank whose share of the la
 is empty must still enter every collective the other ranks enter (see
 [normlab.torch.training_mode][]): in a training forward the per-tensor recipes' scale step
 (`layer.operand_scale`) runs for x (amax 0) and W, and in the backward for dy (amax 0),
-in the order the full product ([normlab.torch._gemm][]) runs them, so the amax
+in the order the full product (`normlab.torch._gemm`) runs them, so the amax
 all-reduces of current scaling match the other ranks' and the delayed-scaling history
 records the step as pending on every rank. Recipes without a per-tensor scale
 (`layer.scale is None`) have no collective and no state to touch.

@@ -30,15 +30,10 @@ nothing and records nothing: it repeats the original forward with the same scale
 dict without the extra state (a checkpoint of the model before `convert`) loads strictly and
 keeps the state.
 
-Only a *training forward* (training mode and autograd on,
-[normlab.torch.training_mode][]) records, updates or all-reduces amaxes; an evaluation
-enters no collective, so ranks that evaluate alone never leave the others waiting. A
-forward that records for a backward in `eval()` mode warns once
-([EvalModeTrainingWarning][normlab.torch.training_mode.EvalModeTrainingWarning]): call
-`model.train()` before training. Under `torch.autocast` the input, weight and bias are
-cast to the autocast dtype first (as `torch.nn.Linear`'s are) and the output has that
-dtype. `nonfinite_operands` counts the operands that held an inf or NaN in the current
-step ([normlab.torch.nonfinite][]).
+Only a training forward ([normlab.torch.training_mode][]) records, updates or all-reduces
+amaxes. Under `torch.autocast`, x, W and b are cast to the autocast dtype first, as
+`torch.nn.Linear`'s are. `nonfinite_operands` counts the operands that held an inf or NaN
+in the current step ([normlab.torch.nonfinite][]).
 
 Input that is not floating point (integer, bool, complex) goes to `torch.nn.Linear`'s own
 computation, which raises as it does for an `nn.Linear`; an empty batch returns an empty
@@ -97,8 +92,7 @@ class QuantLinear(torch.nn.Linear):
         One of `normlab.torch.recipes.RECIPES` (keyword-only).
     process_group : torch.distributed.ProcessGroup or None, optional
         Group for the amax all-reduce of the per-tensor recipes; None (default) is the world
-        group when `torch.distributed` is initialised, no reduction otherwise. Reduced in
-        training forwards only ([normlab.torch.training_mode][]).
+        group when `torch.distributed` is initialised, no reduction otherwise.
     seed_stream : int, optional
         Distinguishes this layer's stochastic-rounding streams (`convert` numbers the
         layers); the recipe's `seed` is added. Default 0.
