@@ -73,7 +73,7 @@ loss = model(x).square().mean()
 loss.backward()
 t3 = time.perf_counter()
 grad = sum(float(p.grad.double().square().sum()) for p in model.parameters())
-print(t1 - t0, t3 - t2, float(loss).hex(), grad.hex())
+print(t1 - t0, t3 - t2, float(loss.detach()).hex(), grad.hex())
 """
 
 

@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from normlab.torch.training_mode import is_training_forward
+
 __all__ = ["EmptyBatchFunction"]
 
 
@@ -42,7 +44,7 @@ class EmptyBatchFunction(torch.autograd.Function):
     def backward(ctx: Any, dy: torch.Tensor) -> tuple[Any, ...]:
         (weight,) = ctx.saved_tensors
         layer = ctx.layer
-        if layer.training and layer.scale is not None:
+        if is_training_forward(layer) and layer.scale is not None:
             layer.operand_scale(dy, 2)  # the backward's dy all-reduce (amax 0)
         dx = dy.new_zeros((0, ctx.k), dtype=ctx.x_dtype)  # 0,K
         dw = torch.zeros_like(weight)  # N,K

@@ -127,7 +127,6 @@ class QuantLinear(torch.nn.Linear):
     _plain_class: type | None = None  # the class convert replaced (None: torch.nn.Linear)
     _steps_open = 0  # training_step regions around this layer (the outermost one counts)
     _step_started = False  # a training forward ran in the open region (scales updated)
-    _training_forward = False  # the forward now running is a training forward
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
                  recipe: Recipe, process_group: Any | None = None, seed_stream: int = 0,
@@ -271,9 +270,7 @@ class QuantLinear(torch.nn.Linear):
         """
         r = self.recipe
         assert isinstance(r, (Fp8DelayedRecipe, Fp8CurrentRecipe)) and self.scale is not None
-        # x, W: the forward running now is a training forward; dy: the backward of a layer
-        # in training mode (a backward only follows a forward with autograd on)
-        training = self.training if ROLES[index] == "dy" else self._training_forward
+        training = is_training_forward(self)  # the layer's mode, in forward and backward
         if t.numel() == 0:
             t_amax = torch.zeros((), dtype=torch.float32, device=t.device)
         else:
@@ -320,7 +317,7 @@ class QuantLinear(torch.nn.Linear):
         step of the forward it repeats and changes nothing; a forward that is not a training
         forward ([normlab.torch.training_mode][]) changes nothing either.
         """
-        if not self._training_forward or recomputing():
+        if not is_training_forward(self) or recomputing():
             return
         if not (self._steps_open and self._step_started):
             self.nonfinite_operands.zero_()
@@ -394,7 +391,6 @@ class QuantLinear(torch.nn.Linear):
             raise ValueError(f"x must have last dimension in_features={self.in_features}; "
                              f"got shape {tuple(x.shape)}")
         keep = torch.is_grad_enabled()  # a backward may follow: save its operands
-        self._training_forward = is_training_forward(self)
         if self.scale is not None:  # recipe state or collectives: eval-mode training warns
             warn_eval_mode_training(self, x, self.weight, self.bias)
         x, w, b = autocast_operands(x, self._gemm_weight(), self.bias)
@@ -402,7 +398,7 @@ class QuantLinear(torch.nn.Linear):
         x2 = x.reshape(-1, self.in_features)  # M,K
         with autocast_region(x):
             if x.numel() == 0:  # still takes part in the collectives
-                y = EmptyBatchFunction.apply(x2, w, b, self, self._training_forward)
+                y = EmptyBatchFunction.apply(x2, w, b, self, is_training_forward(self))
             else:
                 count_nonfinite(self.nonfinite_operands, x2)
                 count_nonfinite(self.nonfinite_operands, w)
