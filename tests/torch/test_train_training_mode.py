@@ -72,3 +72,35 @@ def test_recipes_without_state_do_not_warn(monkeypatch: pytest.MonkeyPatch) -> N
     model = _model(MXRecipe()).eval()
     _step(model, 0)  # MX has no scale state and no collective: eval-mode training is fine
     assert not training_mode._warned
+
+
+def test_a_resumed_run_continues_bit_for_bit_after_train(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # the resume how-to of docs/torch.md: the reloaded model comes back in eval() mode
+    # (as from_pretrained returns it); after model.train() it continues as the original
+    monkeypatch.setattr(training_mode, "_warned", False)
+    recipe = Fp8DelayedRecipe(amax_history_len=4)
+    original = _model(recipe)
+    for i in range(2):
+        _step(original, i)
+    saved = {k: v.clone() for k, v in original.state_dict().items()}
+
+    def resumed(train: bool) -> torch.nn.Module:
+        model = _model(recipe)
+        model.load_state_dict(saved)
+        model.eval()  # what from_pretrained returns
+        if train:
+            model.train()  # the how-to's line
+        return model
+
+    good, frozen = resumed(True), resumed(False)
+    for model in (original, good):
+        _step(model, 2)
+    with pytest.warns(EvalModeTrainingWarning):
+        _step(frozen, 2)
+    for i in range(3, 5):
+        for model in (original, good, frozen):
+            _step(model, i)
+    want = original.state_dict()
+    assert all(torch.equal(v, want[k]) for k, v in good.state_dict().items())
+    assert not torch.equal(frozen[0].scale, original[0].scale)  # eval mode froze them
