@@ -80,3 +80,13 @@ def test_the_count_covers_the_whole_step_and_evaluation_does_not_restart_it() ->
 def test_nonfinite_layers_checks_its_argument() -> None:
     with pytest.raises(TypeError, match=r"torch\.nn\.Module"):
         nonfinite_layers("model")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", ["current", "delayed", "mx_e4m3_e5m2", "nvfp4"])
+def test_a_recomputed_forward_is_not_counted_again(name: str) -> None:
+    from torch.utils.checkpoint import checkpoint
+
+    model = _model(name)
+    x = _x(float("inf")).requires_grad_()
+    checkpoint(model, x, use_reentrant=False).sum().backward()  # x's forward runs twice
+    assert int(model[0].nonfinite_operands) == 1

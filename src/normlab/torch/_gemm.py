@@ -219,7 +219,8 @@ class QuantLinearFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, dy: torch.Tensor) -> tuple[Any, ...]:
         weight, codes, scales, tensor_scale, w_scale = ctx.saved_tensors
-        count_nonfinite(ctx.layer.nonfinite_operands, dy)  # M,N
+        if ctx.layer.scale is None:  # per-tensor recipes count in their scale step
+            count_nonfinite(ctx.layer.nonfinite_operands, dy)  # M,N
         saved = (None if ctx.saved_meta is None
                  else SavedOperand((codes, scales, tensor_scale), *ctx.saved_meta))
         need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]

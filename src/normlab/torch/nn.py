@@ -65,7 +65,7 @@ from normlab.torch._extra_state import pack_extra_state, unpack_extra_state
 from normlab.torch._gemm import ROLES, QuantLinearFunction
 from normlab.torch.distributed import reduce_amax
 from normlab.torch.namespace import TORCH
-from normlab.torch.nonfinite import count_nonfinite
+from normlab.torch.nonfinite import count_nonfinite, count_nonfinite_amax
 from normlab.torch.recompute import recomputing
 from normlab.torch.switch import quantization_enabled
 from normlab.torch.training_mode import is_training_forward, warn_eval_mode_training
@@ -275,6 +275,8 @@ class QuantLinear(torch.nn.Linear):
             t_amax = torch.zeros((), dtype=torch.float32, device=t.device)
         else:
             t_amax = opaque.tensor_amax(t)
+        if ROLES[index] == "dy" or not recomputing():  # the count, from the amax at hand
+            count_nonfinite_amax(self.nonfinite_operands, t_amax)
         if isinstance(r, Fp8CurrentRecipe):
             fmt = r.format_for("backward" if ROLES[index] == "dy" else "forward")
             amax = t_amax.reshape(1).to(torch.float32)  # 1
@@ -400,8 +402,9 @@ class QuantLinear(torch.nn.Linear):
             if x.numel() == 0:  # still takes part in the collectives
                 y = EmptyBatchFunction.apply(x2, w, b, self, is_training_forward(self))
             else:
-                count_nonfinite(self.nonfinite_operands, x2)
-                count_nonfinite(self.nonfinite_operands, w)
+                if self.scale is None and not recomputing():  # else: in operand_scale
+                    count_nonfinite(self.nonfinite_operands, x2)
+                    count_nonfinite(self.nonfinite_operands, w)
                 y = QuantLinearFunction.apply(x2, w, b, self, keep)  # M,N
         # a 2-D result is returned as it is, not as a view (FSDP2 warns about views)
         return y if x.dim() == 2 else y.reshape(*x.shape[:-1], self.out_features)

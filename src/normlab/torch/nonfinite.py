@@ -3,7 +3,9 @@
 Contract: every [QuantLinear][normlab.torch.nn.QuantLinear] (and
 [QuantConv1D][normlab.torch.conv1d.QuantConv1D]) holds `nonfinite_operands`, a 0-d int64
 tensor on its weight's device: the number of operands (x and W in each quantised forward,
-dy in each backward) whose amax was inf or NaN since the current step began. It is reset
+dy in each backward; a forward recomputed by activation checkpointing counts nothing) whose
+amax was inf or NaN since the current step began. The per-tensor recipes count from the
+amax their scale step computes anyway; the others take one amax pass per operand. It is reset
 to 0 where a step begins, at the first training forward of the step (the point where the
 delayed scales update: every training forward by default, the first one inside a
 [training_step][normlab.torch.steps.training_step] region), for every recipe. Counting
@@ -24,15 +26,20 @@ import torch
 
 from normlab.torch import _operand_ops as opaque
 
-__all__ = ["count_nonfinite", "nonfinite_layers"]
+__all__ = ["count_nonfinite", "count_nonfinite_amax", "nonfinite_layers"]
+
+
+def count_nonfinite_amax(counter: torch.Tensor, amax: torch.Tensor) -> None:
+    """Add 1 to `counter` (0-d int64, in place) if the 0-d `amax` is inf or NaN."""
+    counter.add_((~torch.isfinite(amax)).to(counter.device, torch.int64))
 
 
 def count_nonfinite(counter: torch.Tensor, t: torch.Tensor) -> None:
     """Add 1 to `counter` (0-d int64, in place) if `t` holds an inf or NaN."""
     if t.numel() == 0:
         return
-    amax = opaque.tensor_amax(t.detach())  # NaN if t holds one, inf if it holds an inf
-    counter.add_((~torch.isfinite(amax)).to(counter.device, torch.int64))
+    # NaN if t holds one, inf if it holds an inf
+    count_nonfinite_amax(counter, opaque.tensor_amax(t.detach()))
 
 
 def nonfinite_layers(model: torch.nn.Module) -> dict[str, int]:
