@@ -132,15 +132,18 @@ def test_recomputing_is_true_only_inside_the_backward_pass() -> None:
     assert not recomputing()
 
 
-def test_a_quantlinear_recomputed_in_eval_mode_or_switched_off_changes_nothing() -> None:
-    from normlab.torch import no_quantization
+def test_a_quantlinear_recomputed_in_eval_mode_or_switched_off_changes_nothing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from normlab.torch import no_quantization, training_mode
 
     layer = QuantLinear(16, 16, recipe=Fp8DelayedRecipe(amax_history_len=4))
     x = torch.randn(4, 16, requires_grad=True)
     layer(x).sum().backward()
     before = layer.get_extra_state()
     layer.eval()
-    checkpoint(layer, x, use_reentrant=False).sum().backward()
+    monkeypatch.setattr(training_mode, "_warned", False)  # the warning comes once a process
+    with pytest.warns(training_mode.EvalModeTrainingWarning, match="model.train"):
+        checkpoint(layer, x, use_reentrant=False).sum().backward()
     layer.train()
     with no_quantization():
         checkpoint(layer, x, use_reentrant=False).sum().backward()

@@ -207,3 +207,22 @@ def test_bad_arguments() -> None:
         convert(_net(), Bf16Recipe(), keep_lm_head="yes")
     with pytest.raises(TypeError, match="itself a"):
         unconvert(QuantLinear(2, 2, recipe=Bf16Recipe()))
+
+
+def test_a_mapping_pattern_that_matches_no_layer_warns_or_raises() -> None:
+    from normlab.torch import Fp8CurrentRecipe, UnmatchedPatternWarning
+
+    def net() -> torch.nn.Module:
+        return torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Linear(8, 8))
+
+    mapping = {"*.mpl.*": Fp8CurrentRecipe(), "1": Fp8CurrentRecipe()}  # a misspelt pattern
+    with pytest.warns(UnmatchedPatternWarning, match=r"\*\.mpl\.\*"):
+        model = convert(net(), mapping)
+    assert type(model[1]).__name__ == "QuantLinear"  # the matching pattern still converts
+    plain = net()
+    with pytest.raises(ValueError, match=r"\*\.mpl\.\*.*match no linear layer"):
+        convert(plain, mapping, strict=True)
+    assert type(plain[1]) is torch.nn.Linear  # nothing converted before the error
+    convert(net(), {"*": Fp8CurrentRecipe()}, strict=True)  # every pattern matches: silent
+    with pytest.raises(TypeError, match="strict must be a bool"):
+        convert(net(), mapping, strict="yes")  # type: ignore[call-overload]

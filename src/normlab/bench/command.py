@@ -11,6 +11,10 @@ Sections (`--only` picks some; all run by default):
   recipe, torchao beside it ([normlab.bench.training][]);
 - `inspect`: the numerics inspector's step against the plain step, `every=1` and
   `every=10` ([normlab.bench.inspect_overhead][]).
+- `cold-start`: the first forward and backward of a converted model per recipe in a new
+  process with an empty kernel cache, then a warm one
+  ([torch_cold_start][normlab.bench.compile_time.torch_cold_start]; `--no-compile`
+  skips it).
 
 The torch sections run when PyTorch is installed and say so when it is not; this module
 imports PyTorch only then.
@@ -31,7 +35,7 @@ import numpy as np
 from normlab import _backend
 from normlab.bench.bandwidth import copy_bandwidth, kernel_threads
 from normlab.bench.channel_norm_cases import bench_channel_norm, bench_channel_norm_out
-from normlab.bench.compile_time import compile_times
+from normlab.bench.compile_time import compile_times, format_cold_start, torch_cold_start
 from normlab.bench.norm_cases import SMALL_SHAPES, bench_norm, bench_norm_out
 from normlab.bench.quantize_cases import bench_quantize, bench_quantize_out
 from normlab.bench.table import report
@@ -39,7 +43,7 @@ from normlab.bench.timing import other_load
 
 __all__ = ["SECTIONS", "main"]
 
-SECTIONS = ("kernels", "torch-quantize", "training", "inspect")
+SECTIONS = ("kernels", "torch-quantize", "training", "inspect", "cold-start")
 """The sections of the benchmark, in the order they run."""
 _NO_TORCH = 'skipped: PyTorch is not installed (pip install ".[torch]")'
 
@@ -212,6 +216,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             result["inspect"] = _inspect_section(args)
             ok = ok and result["inspect"]["ok"]
+    if "cold-start" in args.only and not args.no_compile:
+        if torch is None:
+            print("cold start of normlab.torch:", _NO_TORCH)
+        else:
+            result["cold_start"] = torch_cold_start()
+            print(format_cold_start(result["cold_start"]))
+            ok = ok and all(t["same_result"] for t in result["cold_start"].values())
     result["correct"] = ok
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:

@@ -246,8 +246,8 @@ def _run(x: Any, q: Quantizer, scale: Any, seed: int | None, order: str,
     elif values:
         vo = np.empty(stored, np.float32)
         wa, wb = (1, A) if transposed else (B, 1)
-        launch(operand_jit.fake_blocks, xb.size, xb, block[0], block[1], mul, d1, d2,
-               *params, seed is not None,
+        kern = operand_jit.fake_blocks(block[1], B, d1.shape[1], seed is not None)
+        launch(kern, xb.size, xb, block[0], block[1], mul, d1, d2, *params, seed is not None,
                np.uint64(0 if seed is None else seed % 2**64), wa, wb, flip, vo)
         co = _EMPTY_U8
     else:

@@ -26,6 +26,8 @@ every product is the IEEE float32 product, as in the NumPy reference.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numba import njit, prange
 
@@ -152,12 +154,14 @@ def _fake_stochastic(x, sv, fv, d2, m, emin, qbits, maxbits, ovf, flush_bits, in
     return u(0x7FC00000).view(np.float32) if fv != fv else v
 
 
-@njit(inline="always")
-def _fake_row_blocks(xb, a, k, mul, d1, ba, d2, m, emin, qbits, maxbits, ovf, flush_bits,
-                     inf_out, nan_keep, nan_out, stochastic, seed, wa, wb, vrow):
-    """Row `a` of blocks (1, k) (k a literal at the call: the inner loop has a fixed trip
-    count and vectorises without the per-element factor rows), block row `ba` of the
-    grids; the ragged tail after the full blocks takes its block's factors."""
+@njit(cache=True)
+def _fake_row_nearest(xb, a, k, mul, d1, ba, d2, m, emin, maxbits, ovf, flush_bits,
+                      inf_out, nan_keep, nan_out, vrow):
+    """Row `a` of blocks (1, k) rounded to nearest (block by block: no per-element factor
+    rows), block row `ba` of the grids; the ragged tail after the full blocks takes its
+    block's factors. `k` arrives as a run-time int64, not a literal: a literal unrolls
+    the block loop, which multiplied the compile time (seconds per block size) with no
+    step-time gain measured."""
     B = xb.shape[1]
     sh, low, bias, mn, c = narrow_consts(m, emin)
     one = mul.shape[0] == 1 and mul.shape[1] == 1
@@ -165,101 +169,120 @@ def _fake_row_blocks(xb, a, k, mul, d1, ba, d2, m, emin, qbits, maxbits, ovf, fl
         sv = mul[0, 0] if one else mul[ba, bb]
         fv = d1[ba, bb]
         b0 = bb * k
-        if b0 + k <= B and not stochastic:
+        if b0 + k <= B:
             for j in range(k):
                 x = np.uint32(_wide(xb, a, b0 + j)).view(np.float32)
                 vrow[b0 + j] = _fake_nearest(x, sv, fv, d2, maxbits, ovf, flush_bits,
                                              inf_out, nan_keep, nan_out, sh, low, bias, mn, c)
-        elif b0 + k <= B and wb == 1:  # words of consecutive indices: no product
-            w0 = np.uint64(seed) + np.uint64(a * wa + b0)
-            for j in range(k):
-                x = np.uint32(_wide(xb, a, b0 + j)).view(np.float32)
-                word = splitmix64(w0 + np.uint64(j))
-                vrow[b0 + j] = _fake_stochastic(x, sv, fv, d2, m, emin, qbits, maxbits, ovf,
-                                                flush_bits, inf_out, nan_keep, nan_out, word)
-        elif b0 + k <= B:
-            w0 = np.uint64(seed) + np.uint64(a * wa + b0 * wb)
-            for j in range(k):
-                x = np.uint32(_wide(xb, a, b0 + j)).view(np.float32)
-                word = splitmix64(w0 + np.uint64(j * wb))
-                vrow[b0 + j] = _fake_stochastic(x, sv, fv, d2, m, emin, qbits, maxbits, ovf,
-                                                flush_bits, inf_out, nan_keep, nan_out, word)
         else:
             for b in range(b0, B):
                 x = np.uint32(_wide(xb, a, b)).view(np.float32)
-                if stochastic:
-                    word = splitmix64(np.uint64(seed) + np.uint64(a * wa + b * wb))
-                    vrow[b] = _fake_stochastic(x, sv, fv, d2, m, emin, qbits, maxbits, ovf,
-                                               flush_bits, inf_out, nan_keep, nan_out, word)
+                vrow[b] = _fake_nearest(x, sv, fv, d2, maxbits, ovf, flush_bits, inf_out,
+                                        nan_keep, nan_out, sh, low, bias, mn, c)
+
+
+@njit(cache=True)
+def _fake_row_stochastic(xb, a, k, mul, d1, ba, d2, m, emin, qbits, maxbits, ovf,
+                         flush_bits, inf_out, nan_keep, nan_out, seed, wa, wb, vrow):
+    """`_fake_row_nearest` with stochastic rounding: element (a, b) takes the word
+    splitmix64(seed + a wa + b wb). One loop over the row (the random words do not
+    vectorise, so fixed-length block loops would only multiply the compiled code)."""
+    B = xb.shape[1]
+    one = mul.shape[0] == 1 and mul.shape[1] == 1
+    for b in range(B):
+        bb = b // k
+        sv = mul[0, 0] if one else mul[ba, bb]
+        x = np.uint32(_wide(xb, a, b)).view(np.float32)
+        word = splitmix64(np.uint64(seed) + np.uint64(a * wa + b * wb))
+        vrow[b] = _fake_stochastic(x, sv, d1[ba, bb], d2, m, emin, qbits, maxbits, ovf,
+                                   flush_bits, inf_out, nan_keep, nan_out, word)
+
+
+def _fake_blocks_source(K: int, STOCHASTIC: bool) -> Any:
+    """The body of `fake_blocks` with the row run `K` (16, 32, 128; 0 for any other
+    block) and the rounding (`STOCHASTIC`) fixed: closure constants, so numba prunes the
+    branches the operand never takes and compiles only the one it uses."""
+
+    def fake_blocks(xb, ra, rb, mul, d1, d2, m, emin, qbits, maxbits, ovf, flush_bits,
+                    inf_out, nan_keep, nan_out, stochastic, seed, wa, wb, flip, vo):
+        A, B = xb.shape
+        sh, low, bias, mn, c = narrow_consts(m, emin)
+        for g in prange(-(-A // _GROUP)):
+            srow = np.empty(0 if K else B, np.float32)
+            frow = np.empty(0 if K else B, np.float32)
+            tile = np.empty((_GROUP if flip else 0, B), np.float32)
+            current = -1
+            a0, a1 = g * _GROUP, min(A, (g + 1) * _GROUP)
+            for a in range(a0, a1):
+                vrow = tile[a - a0] if flip else vo[a]  # unflipped rows are written in place
+                k = np.int64(K)  # a run-time value: no unrolled copy per block size
+                if K and STOCHASTIC:
+                    _fake_row_stochastic(xb, a, k, mul, d1, a // ra, d2, m, emin, qbits,
+                                         maxbits, ovf, flush_bits, inf_out, nan_keep, nan_out,
+                                         seed, wa, wb, vrow)
+                    continue
+                if K:
+                    _fake_row_nearest(xb, a, k, mul, d1, a // ra, d2, m, emin, maxbits, ovf,
+                                      flush_bits, inf_out, nan_keep, nan_out, vrow)
+                    continue
+                if a // ra != current:  # a new row of blocks
+                    current = a // ra
+                    _factors(mul, d1, current, rb, srow, frow)
+                w0 = np.uint64(seed) + np.uint64(a * wa)
+                if STOCHASTIC and wb == 1:  # words of consecutive indices: no product
+                    for b in range(B):
+                        x = np.uint32(_wide(xb, a, b)).view(np.float32)
+                        vrow[b] = _fake_stochastic(x, srow[b], frow[b], d2, m, emin, qbits,
+                                                   maxbits, ovf, flush_bits, inf_out,
+                                                   nan_keep, nan_out,
+                                                   splitmix64(w0 + np.uint64(b)))
+                elif STOCHASTIC:
+                    for b in range(B):
+                        x = np.uint32(_wide(xb, a, b)).view(np.float32)
+                        vrow[b] = _fake_stochastic(x, srow[b], frow[b], d2, m, emin, qbits,
+                                                   maxbits, ovf, flush_bits, inf_out,
+                                                   nan_keep, nan_out,
+                                                   splitmix64(w0 + np.uint64(b * wb)))
                 else:
-                    vrow[b] = _fake_nearest(x, sv, fv, d2, maxbits, ovf, flush_bits,
-                                            inf_out, nan_keep, nan_out, sh, low, bias, mn, c)
+                    for b in range(B):
+                        x = np.uint32(_wide(xb, a, b)).view(np.float32)
+                        vrow[b] = _fake_nearest(x, srow[b], frow[b], d2, maxbits, ovf,
+                                                flush_bits, inf_out, nan_keep, nan_out, sh,
+                                                low, bias, mn, c)
+            if flip:  # the group's rows go out as runs of the output's rows
+                for b in range(B):
+                    for a in range(a0, a1):
+                        vo[b, a] = tile[a - a0, b]
+
+    return fake_blocks
 
 
-@jit()
-def fake_blocks(xb, ra, rb, mul, d1, d2, m, emin, qbits, maxbits, ovf, flush_bits, inf_out,
-                nan_keep, nan_out, stochastic, seed, wa, wb, flip, vo):
-    """Scale, round and dequantise every element into `vo` ((A, B), or (B, A) if `flip`).
+_FAKE_BLOCKS: dict[tuple[int, bool], Any] = {}  # (K, stochastic) -> its DualKernel
 
-    Arguments in the module header. Per row: blocks of 16, 32 or 128 along the row
-    (NVFP4's, MX's, blockwise FP8's) run block by block with fixed-length loops
-    (`_fake_row_blocks`); other blocks spread their factors over the row first, then one
-    branch-free loop over the row (vectorised) writes the output row. One parallel task
-    per `_GROUP` rows. Flipped, the group's rows are kept and written out together, column
-    by column (runs of `_GROUP` contiguous values instead of one value per output row).
+
+def fake_blocks(rb: int, B: int, nb: int, stochastic: bool) -> Any:
+    """The `DualKernel` that scales, rounds and dequantises every element into `vo`.
+
+    Pick it by the block's columns `rb`, the operand's `B`, the grid's `nb` columns and
+    the rounding; call it with `(xb, ra, rb, mul, d1, d2, <rounding>, stochastic, seed,
+    wa, wb, flip, vo)`, writing `vo` ((A, B), or (B, A) if `flip`); arguments in the
+    module header. Per row: blocks of 16, 32 or 128 along the row (NVFP4's, MX's,
+    blockwise FP8's) run block by block with fixed-length loops (`_fake_row_nearest`,
+    `_fake_row_stochastic`);
+    other blocks spread their factors over the row first, then one branch-free loop over
+    the row (vectorised) writes the output row. One parallel task per `_GROUP` rows.
+    Flipped, the group's rows are kept and written out together, column by column (runs
+    of `_GROUP` contiguous values instead of one value per output row).
+
+    Each (run, rounding) pair is its own kernel, compiled on its first call: a recipe
+    compiles the one path its operands take, not all eight (the first forward of a fresh
+    install waits for one path's compilation).
     """
-    A, B = xb.shape
-    sh, low, bias, mn, c = narrow_consts(m, emin)
-    runs = rb < B and (rb == 16 or rb == 32 or rb == 128) and d1.shape[1] == -(-B // rb)
-    for g in prange(-(-A // _GROUP)):
-        srow = np.empty(0 if runs else B, np.float32)
-        frow = np.empty(0 if runs else B, np.float32)
-        tile = np.empty((_GROUP if flip else 0, B), np.float32)
-        current = -1
-        a0, a1 = g * _GROUP, min(A, (g + 1) * _GROUP)
-        for a in range(a0, a1):
-            vrow = tile[a - a0] if flip else vo[a]  # unflipped rows are written in place
-            if runs and rb == 16:
-                _fake_row_blocks(xb, a, 16, mul, d1, a // ra, d2, m, emin, qbits, maxbits,
-                                 ovf, flush_bits, inf_out, nan_keep, nan_out, stochastic,
-                                 seed, wa, wb, vrow)
-                continue
-            if runs and rb == 32:
-                _fake_row_blocks(xb, a, 32, mul, d1, a // ra, d2, m, emin, qbits, maxbits,
-                                 ovf, flush_bits, inf_out, nan_keep, nan_out, stochastic,
-                                 seed, wa, wb, vrow)
-                continue
-            if runs:
-                _fake_row_blocks(xb, a, 128, mul, d1, a // ra, d2, m, emin, qbits, maxbits,
-                                 ovf, flush_bits, inf_out, nan_keep, nan_out, stochastic,
-                                 seed, wa, wb, vrow)
-                continue
-            if a // ra != current:  # a new row of blocks
-                current = a // ra
-                _factors(mul, d1, current, rb, srow, frow)
-            w0 = np.uint64(seed) + np.uint64(a * wa)
-            if stochastic and wb == 1:  # words of consecutive indices: no product
-                for b in range(B):
-                    x = np.uint32(_wide(xb, a, b)).view(np.float32)
-                    vrow[b] = _fake_stochastic(x, srow[b], frow[b], d2, m, emin, qbits,
-                                               maxbits, ovf, flush_bits, inf_out, nan_keep,
-                                               nan_out, splitmix64(w0 + np.uint64(b)))
-            elif stochastic:
-                for b in range(B):
-                    x = np.uint32(_wide(xb, a, b)).view(np.float32)
-                    vrow[b] = _fake_stochastic(x, srow[b], frow[b], d2, m, emin, qbits,
-                                               maxbits, ovf, flush_bits, inf_out, nan_keep,
-                                               nan_out, splitmix64(w0 + np.uint64(b * wb)))
-            else:
-                for b in range(B):
-                    x = np.uint32(_wide(xb, a, b)).view(np.float32)
-                    vrow[b] = _fake_nearest(x, srow[b], frow[b], d2, maxbits, ovf,
-                                            flush_bits, inf_out, nan_keep, nan_out, sh, low,
-                                            bias, mn, c)
-        if flip:  # the group's rows go out as runs of the output's rows
-            for b in range(B):
-                for a in range(a0, a1):
-                    vo[b, a] = tile[a - a0, b]
+    runs = rb < B and rb in (16, 32, 128) and nb == -(-B // rb)
+    key = (rb if runs else 0, bool(stochastic))
+    if key not in _FAKE_BLOCKS:
+        _FAKE_BLOCKS[key] = jit()(_fake_blocks_source(*key))
+    return _FAKE_BLOCKS[key]
 
 
 @jit()

@@ -47,8 +47,9 @@ __all__ = [
 
 # --- training: QuantLinear, convert, recipes, AdamW (owner: torchtrain) ---
 from normlab.torch.conv1d import QuantConv1D
-from normlab.torch.convert import ConvertSummary, convert, unconvert
+from normlab.torch.convert import ConvertSummary, UnmatchedPatternWarning, convert, unconvert
 from normlab.torch.nn import QuantLinear
+from normlab.torch.nonfinite import nonfinite_layers
 from normlab.torch.numerics import InspectLog, inspect
 from normlab.torch.optim import AdamW
 from normlab.torch.recipes import (
@@ -62,12 +63,14 @@ from normlab.torch.recipes import (
 )
 from normlab.torch.steps import training_step
 from normlab.torch.switch import no_quantization, quantization_enabled
+from normlab.torch.training_mode import EvalModeTrainingWarning
 
 __all__ += [
     "AdamW",
     "Bf16Recipe",
     "BlockwiseFp8Recipe",
     "ConvertSummary",
+    "EvalModeTrainingWarning",
     "Fp8CurrentRecipe",
     "Fp8DelayedRecipe",
     "Fp8RowwiseRecipe",
@@ -76,9 +79,11 @@ __all__ += [
     "NVFP4Recipe",
     "QuantConv1D",
     "QuantLinear",
+    "UnmatchedPatternWarning",
     "convert",
     "inspect",
     "no_quantization",
+    "nonfinite_layers",
     "quantization_enabled",
     "training_step",
     "unconvert",

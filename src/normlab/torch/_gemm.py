@@ -47,6 +47,7 @@ from normlab.torch import _operand_ops as opaque
 from normlab.torch import _product_ops as products
 from normlab.torch._operand_ops import stream_seed
 from normlab.torch.formats import get_format
+from normlab.torch.nonfinite import count_nonfinite
 
 __all__ = [
     "ROLES",
@@ -263,6 +264,8 @@ class QuantLinearFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, dy: torch.Tensor) -> tuple[Any, ...]:
         weight, codes, scales, tensor_scale, w_scale = ctx.saved_tensors
+        if not ctx.layer.quantizers["dy", 1].takes_scale:  # else: in the scale step
+            count_nonfinite(ctx.layer.nonfinite_operands, dy)  # M,N
         saved = (None if ctx.saved_meta is None
                  else SavedOperand((codes, scales, tensor_scale), *ctx.saved_meta))
         need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]

@@ -17,6 +17,7 @@ state is dropped.
 
 from __future__ import annotations
 
+import fnmatch
 import logging
 import warnings
 from collections.abc import Callable, Mapping
@@ -35,7 +36,7 @@ from normlab.torch.conv1d import QuantConv1D
 from normlab.torch.nn import QuantLinear
 from normlab.torch.recipes import Recipe, check_recipe
 
-__all__ = ["ConvertSummary", "LayerDecision", "convert", "unconvert"]
+__all__ = ["ConvertSummary", "LayerDecision", "UnmatchedPatternWarning", "convert", "unconvert"]
 
 logger = logging.getLogger(__name__)
 _STRUCTURAL = ("nn.MultiheadAttention", "overrides forward", "lazy")
@@ -47,21 +48,23 @@ def convert(model: torch.nn.Module, recipe: Recipe | Mapping[str, Recipe | None]
             keep_lm_head: bool = ..., process_group: Any | None = ...,
             skip: Callable[[str, torch.nn.Module], bool] | None = ...,
             exact_gemm: bool = ...,
-            return_summary: Literal[False] = ...) -> torch.nn.Module: ...
+            return_summary: Literal[False] = ..., strict: bool = ...) -> torch.nn.Module: ...
 @overload
 def convert(model: torch.nn.Module, recipe: Recipe | Mapping[str, Recipe | None], *,
             module_filter_fn: Callable[[torch.nn.Module, str], bool] | None = ...,
             keep_lm_head: bool = ..., process_group: Any | None = ...,
             skip: Callable[[str, torch.nn.Module], bool] | None = ...,
             exact_gemm: bool = ...,
-            return_summary: Literal[True]) -> tuple[torch.nn.Module, ConvertSummary]: ...
+            return_summary: Literal[True],
+            strict: bool = ...) -> tuple[torch.nn.Module, ConvertSummary]: ...
 
 
 def convert(model: torch.nn.Module, recipe: Recipe | Mapping[str, Recipe | None], *,
             module_filter_fn: Callable[[torch.nn.Module, str], bool] | None = None,
             keep_lm_head: bool = True, process_group: Any | None = None,
             skip: Callable[[str, torch.nn.Module], bool] | None = None,
-            exact_gemm: bool = False, return_summary: bool = False) -> Any:
+            exact_gemm: bool = False, return_summary: bool = False,
+            strict: bool = False) -> Any:
     """Replace the linear layers of `model` by recipe layers, in place.
 
     Converted: `torch.nn.Linear` and its subclasses that keep its `forward`
@@ -102,6 +105,9 @@ def convert(model: torch.nn.Module, recipe: Recipe | Mapping[str, Recipe | None]
         Return `(model, summary)` instead of `model`. Default False. The summary is logged
         at INFO level on the `normlab.torch.convert` logger either way, and at WARNING
         level when a layer is left alone for a structural reason.
+    strict : bool, optional
+        Raise instead of warning when a pattern of a `recipe` mapping matches no linear
+        layer of `model` (a misspelt name converts nothing). Default False.
 
     Returns
     -------
@@ -115,11 +121,16 @@ def convert(model: torch.nn.Module, recipe: Recipe | Mapping[str, Recipe | None]
     TypeError
         If `model` is not a Module or is itself a linear layer, a recipe is not a recipe,
         a mapping key is not a string, or a callable argument is not callable.
+    ValueError
+        With `strict=True`, if a pattern of a `recipe` mapping matches no linear layer
+        (nothing is converted then).
 
     Warns
     -----
     DeprecationWarning
         When `skip` is given.
+    UnmatchedPatternWarning
+        When a pattern of a `recipe` mapping matches no linear layer (`strict=False`).
 
     Examples
     --------
@@ -148,12 +159,16 @@ def convert(model: torch.nn.Module, recipe: Recipe | Mapping[str, Recipe | None]
         raise TypeError(f"keep_lm_head must be a bool; got {keep_lm_head!r}")
     if not isinstance(exact_gemm, bool):
         raise TypeError(f"exact_gemm must be a bool; got {exact_gemm!r}")
+    if not isinstance(strict, bool):
+        raise TypeError(f"strict must be a bool; got {strict!r}")
     if skip is not None:
         warnings.warn("convert(skip=...) is deprecated; use module_filter_fn(module, fqn), "
                       "which returns True for the layers to convert", DeprecationWarning,
                       stacklevel=2)
     decisions = plan(model, recipe, module_filter_fn=module_filter_fn, skip=skip,
                      keep_lm_head=keep_lm_head)
+    if isinstance(recipe, Mapping):
+        _check_patterns(recipe, [d.name for d in decisions], strict)
     slots = _slots(model)
     index = 0
     for d in decisions:
@@ -206,6 +221,23 @@ def unconvert(model: torch.nn.Module) -> torch.nn.Module:
     for layer in [m for m in model.modules() if isinstance(m, QuantLinear)]:
         _replace(slots, layer, _plain_layer(layer))
     return model
+
+
+class UnmatchedPatternWarning(UserWarning):
+    """A pattern of a `convert` recipe mapping matched no linear layer of the model."""
+
+
+def _check_patterns(recipe: Mapping[str, Any], names: list[str], strict: bool) -> None:
+    """Warn (or raise, `strict`) for the mapping's patterns that match none of `names`."""
+    unmatched = [p for p in recipe if not any(fnmatch.fnmatchcase(n, p) for n in names)]
+    if not unmatched:
+        return
+    shown = names[:8] + (["..."] if len(names) > 8 else [])
+    msg = (f"recipe mapping pattern(s) {unmatched} match no linear layer; the layers are "
+           f"{shown} (fnmatch patterns on qualified names, e.g. '*.mlp.*')")
+    if strict:
+        raise ValueError(msg)
+    warnings.warn(msg, UnmatchedPatternWarning, stacklevel=3)
 
 
 def _check_model(model: object) -> None:

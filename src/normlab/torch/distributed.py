@@ -5,7 +5,8 @@ of amaxes in place with MAX over a process group and returns it. `group=None` me
 default group: the world group when `torch.distributed` is initialised (Transformer Engine's
 `amax_reduction_group` default), else no reduction (one process). With a reduction, a
 data-parallel run quantises each rank's shard with the scale a one-process run would compute
-on the whole batch.
+on the whole batch. Converted layers call it only in training forwards and their backward
+([normlab.torch.training_mode][]), where every data-parallel rank calls it too.
 """
 
 from __future__ import annotations

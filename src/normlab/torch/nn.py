@@ -30,9 +30,15 @@ nothing and records nothing: it repeats the original forward with the same scale
 dict without the extra state (a checkpoint of the model before `convert`) loads strictly and
 keeps the state.
 
+Only a training forward ([normlab.torch.training_mode][]) records, updates or all-reduces
+amaxes. Under `torch.autocast`, x, W and b are cast to the autocast dtype first, as
+`torch.nn.Linear`'s are. `nonfinite_operands` counts the operands that held an inf or NaN
+in the current step ([normlab.torch.nonfinite][]).
+
 Input that is not floating point (integer, bool, complex) goes to `torch.nn.Linear`'s own
 computation, which raises as it does for an `nn.Linear`; an empty batch returns an empty
-output and zero gradients without touching the recipe state.
+output and zero gradients; in a training forward it still takes part in the amax
+collectives (amax 0, `normlab.torch._empty_batch`).
 """
 
 from __future__ import annotations
@@ -46,6 +52,8 @@ from normlab.precision import scales
 from normlab.precision.hadamard import rht_matrix
 from normlab.precision.recipes import Recipe, check_recipe
 from normlab.torch import _operand_ops as opaque
+from normlab.torch._autocast import autocast_operands, autocast_region
+from normlab.torch._empty_batch import EmptyBatchFunction
 from normlab.torch._extra_state import (
     checked_extra_state,
     pack_extra_state,
@@ -54,8 +62,10 @@ from normlab.torch._extra_state import (
 from normlab.torch._gemm import ROLES, QuantLinearFunction, one_quantization
 from normlab.torch.distributed import reduce_amax
 from normlab.torch.namespace import TORCH
+from normlab.torch.nonfinite import count_nonfinite, count_nonfinite_amax
 from normlab.torch.recompute import recomputing
 from normlab.torch.switch import quantization_enabled
+from normlab.torch.training_mode import is_training_forward, warn_eval_mode_training
 
 __all__ = ["QuantLinear"]
 
@@ -96,6 +106,12 @@ class QuantLinear(torch.nn.Linear):
         As for `torch.nn.Linear`.
     dtype : torch.dtype or None, optional
         As for `torch.nn.Linear`.
+
+    Attributes
+    ----------
+    nonfinite_operands : torch.Tensor
+        0-d int64 on the weight's device: how many operands (x, W, dy) held an inf or NaN
+        since the current step began ([normlab.torch.nonfinite][]).
 
     Raises
     ------
@@ -149,6 +165,7 @@ class QuantLinear(torch.nn.Linear):
         # counter of the stochastic-rounding streams (NVFP4): a CPU tensor that the
         # backward advances in place (traceable; reading it needs no device sync)
         self.rounding_counter = torch.zeros((), dtype=torch.int64)
+        self.nonfinite_operands = torch.zeros((), dtype=torch.int64, device=device)
         if r.delayed:
             self.amax_history = torch.zeros(len(ROLES), r.amax_history_len, **f32)
         if any(q.takes_scale for q in self.quantizers.values()):
@@ -214,6 +231,7 @@ class QuantLinear(torch.nn.Linear):
             self.amax_history = self.amax_history.to(device)
         if self.scale is not None:
             self.scale = self.scale.to(device)
+        self.nonfinite_operands = self.nonfinite_operands.to(device)
         return self
 
     def reset_parameters(self) -> None:
@@ -263,23 +281,33 @@ class QuantLinear(torch.nn.Linear):
         """The 0-d float32 scale the FP8 recipes quantise operand `index` (`t`) with.
 
         Delayed scaling: the current scale, and amax(t) recorded in slot 0 of the history
-        (in training), as [Fp8Meta.quantize][normlab.precision.Fp8Meta.quantize]. Current
-        scaling: the scale of amax(t) reduced over the group, kept in `scale`.
+        (in a training forward and its backward), as
+        [Fp8Meta.quantize][normlab.precision.Fp8Meta.quantize]. Current scaling: the scale
+        of amax(t), reduced over the group in a training forward and its backward
+        ([normlab.torch.training_mode][]), kept in `scale`. An empty `t` has amax 0.
         """
         r = self.recipe
         assert self.scale is not None
+        training = is_training_forward(self)  # the layer's mode, in forward and backward
+        if t.numel() == 0:
+            t_amax = torch.zeros((), dtype=torch.float32, device=t.device)
+        else:
+            t_amax = opaque.tensor_amax(t)
+        if ROLES[index] == "dy" or not recomputing():  # the count, from the amax at hand
+            count_nonfinite_amax(self.nonfinite_operands, t_amax)
         if not r.delayed:
             fmt = self.quantizers[ROLES[index], 1].fmt
-            amax = self.reduce(opaque.tensor_amax(t).reshape(1).to(torch.float32))  # 1
+            amax = t_amax.reshape(1).to(torch.float32)  # 1
+            if training:
+                amax = self.reduce(amax)
             self.scale[index] = r.scale_from_amax(amax[0], fmt, xp=TORCH)
             return self.scale[index]
         assert self.amax_history is not None
         # dy is quantised in the backward pass; x and W in a forward, which during a backward
         # pass is a recomputation (checkpointing) that must leave the history alone
-        if self.training and (ROLES[index] == "dy" or not recomputing()):
+        if training and (ROLES[index] == "dy" or not recomputing()):
             row = self.amax_history[index]  # L
-            self.amax_history[index] = scales.record_amax(row, opaque.tensor_amax(t),
-                                                          xp=TORCH)
+            self.amax_history[index] = scales.record_amax(row, t_amax, xp=TORCH)
             self.pending = True
         return self.scale[index]
 
@@ -301,14 +329,16 @@ class QuantLinear(torch.nn.Linear):
         """What a training forward does before it quantises: close the previous step.
 
         The scales update here, once per step: at every training forward by default, at the
-        first one in an open [training_step][normlab.torch.steps.training_step] region. A
-        forward recomputed during the backward pass
-        ([recomputing][normlab.torch.recompute.recomputing]) belongs to the step of the
-        forward it repeats and changes nothing.
+        first one in an open [training_step][normlab.torch.steps.training_step] region; the
+        count of non-finite operands restarts there. A forward recomputed during the
+        backward pass ([recomputing][normlab.torch.recompute.recomputing]) belongs to the
+        step of the forward it repeats and changes nothing; a forward that is not a training
+        forward ([normlab.torch.training_mode][]) changes nothing either.
         """
-        if not self.training or recomputing():
+        if not is_training_forward(self) or recomputing():
             return
         if not (self._steps_open and self._step_started):
+            self.nonfinite_operands.zero_()
             self.update_scales()
             if self._steps_open:  # only then: no attribute write (a traced side effect) outside
                 self._step_started = True
@@ -345,25 +375,15 @@ class QuantLinear(torch.nn.Linear):
         """The weight in the GEMMs' `(N, K)` layout."""
         return self.weight
 
-    def _empty(self, x: torch.Tensor) -> torch.Tensor:
-        """An empty batch: no data to quantise (amax of nothing) and no state to change.
-
-        The float32 product of empty operands is an empty output, and its backward gives
-        zero weight and bias gradients, as `torch.nn.Linear`'s does.
-        """
-        x2 = x.reshape(0, self.in_features).to(torch.float32)  # 0,K
-        y = x2 @ self._gemm_weight().to(torch.float32).t()  # 0,N
-        if self.bias is not None:
-            y = y + self.bias.to(torch.float32)
-        return y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
-
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """`y = x W^T + b` with the recipe's operands, or plain when quantisation is off.
 
         Inside [no_quantization][normlab.torch.no_quantization], or for a non-float `x`,
         the layer is the unquantised `torch.nn.Linear` product. Otherwise the recipe's
         quantised operands are multiplied in float32 and the result is cast to the dtype
-        of `x`; in training mode a delayed-scaling recipe records the amaxes of the step.
+        of `x` (under `torch.autocast`, x, W and b are first cast to the autocast dtype, as
+        `torch.nn.Linear`'s are); a training forward ([normlab.torch.training_mode][])
+        records the amaxes of the step and all-reduces them where the recipe says.
 
         Parameters
         ----------
@@ -373,7 +393,8 @@ class QuantLinear(torch.nn.Linear):
         Returns
         -------
         torch.Tensor
-            Shape (..., out_features), the dtype of `x`.
+            Shape (..., out_features), the dtype of `x` (the autocast dtype under
+            `torch.autocast`).
 
         Raises
         ------
@@ -385,11 +406,20 @@ class QuantLinear(torch.nn.Linear):
         if x.shape[-1] != self.in_features:
             raise ValueError(f"x must have last dimension in_features={self.in_features}; "
                              f"got shape {tuple(x.shape)}")
-        if x.numel() == 0:
-            return self._empty(x)
+        keep = torch.is_grad_enabled()  # a backward may follow: save its operands
+        if self.scale is not None:  # recipe state or collectives: eval-mode training warns
+            warn_eval_mode_training(self, x, self.weight, self.bias)
+        x, w, b = autocast_operands(x, self._gemm_weight(), self.bias)
         self.begin_forward()
         x2 = x.reshape(-1, self.in_features)  # M,K
-        keep = torch.is_grad_enabled()  # a backward may follow: save its operands
-        y = QuantLinearFunction.apply(x2, self._gemm_weight(), self.bias, self, keep)  # M,N
+        with autocast_region(x):
+            if x.numel() == 0:  # still takes part in the collectives
+                y = EmptyBatchFunction.apply(x2, w, b, self, is_training_forward(self))
+            else:
+                if not recomputing():  # per-tensor scaled operands: in operand_scale
+                    for role, t in (("x", x2), ("w", w)):
+                        if not self.quantizers[role, 1].takes_scale:
+                            count_nonfinite(self.nonfinite_operands, t)
+                y = QuantLinearFunction.apply(x2, w, b, self, keep)  # M,N
         # a 2-D result is returned as it is, not as a view (FSDP2 warns about views)
         return y if x.dim() == 2 else y.reshape(*x.shape[:-1], self.out_features)
