@@ -24,7 +24,8 @@ import torch
 
 from normlab.precision.fp8_scaling import checked_amax_history, checked_scales
 
-__all__ = ["checked_extra_state", "pack_extra_state", "unpack_extra_state"]
+__all__ = ["checked_extra_state", "layer_extra_state", "load_layer_extra_state",
+           "pack_extra_state", "unpack_extra_state"]
 
 
 def pack_extra_state(state: dict[str, Any]) -> torch.Tensor:
@@ -75,3 +76,30 @@ def checked_extra_state(state: dict[str, Any],
                              f"{scale.shape}")
         out["scale"] = scale
     return out
+
+
+def layer_extra_state(layer: Any) -> torch.Tensor:
+    """A `QuantLinear`'s recipe state (pending flag, stochastic-rounding step, amax history
+    and scales where it has them), packed."""
+    state: dict[str, Any] = {"pending": layer.pending, "rounding_step": layer.rounding_step}
+    if layer.amax_history is not None:
+        state["amax_history"] = layer.amax_history.clone()
+    if layer.scale is not None:
+        state["scale"] = layer.scale.clone()
+    return pack_extra_state(state)
+
+
+def load_layer_extra_state(layer: Any, state: Any) -> None:
+    """Load what `layer_extra_state` packed into `layer`: all checked, then all applied."""
+    state = unpack_extra_state(state)
+    mine = unpack_extra_state(layer_extra_state(layer))
+    if not isinstance(state, dict) or set(state) != set(mine):
+        raise ValueError(f"extra state must be a dict with keys {sorted(mine)}; got "
+                         f"{sorted(state) if isinstance(state, dict) else state!r}")
+    values = checked_extra_state(state, {k: tuple(v.shape) for k, v in mine.items()
+                                         if isinstance(v, torch.Tensor)})
+    layer.pending, layer.rounding_step = values["pending"], values["rounding_step"]
+    for key in ("amax_history", "scale"):
+        held = getattr(layer, key)
+        if held is not None:
+            held.copy_(torch.from_numpy(values[key]))

@@ -3,9 +3,9 @@
 Contract: a `torch.nn.Linear` subclass with the same constructor (plus a keyword-only
 `recipe`, see [normlab.precision.recipes][]), parameters, initialisation and call (input
 `(..., K)`, output `(..., N)`, weight `(N, K)`). Forward, input-gradient and weight-gradient
-GEMMs quantise their operands with blocks along their contraction dimension and accumulate
-in float32 (`normlab.torch._gemm`); every operand is the recipe's shared quantise step
-([normlab.precision.recipe_core][]). `reset_parameters` initialises the weight and bias as
+GEMMs quantise their operands with the recipe's quantizers (kept in `quantizers`, one per
+operand and contraction axis) and accumulate in float32 (`normlab.torch._gemm`).
+`reset_parameters` initialises the weight and bias as
 `torch.nn.Linear` does and (re)builds the recipe state, so the meta-device workflow
 (build under `torch.device("meta")`, `to_empty`, `reset_parameters`) gives a usable layer;
 moving a layer off the meta device (`to_empty`) rebuilds the recipe state as well, for
@@ -16,13 +16,12 @@ round-trips it, packed into one `uint8` tensor), an amax history `(3, L)` and a 
 for x, W and dy: row i is exactly an [Fp8Meta][normlab.precision.Fp8Meta] with the
 recipe's settings, updated by the same functions
 ([record_amax][normlab.precision.scales.record_amax],
-[delayed_update][normlab.precision.scales.delayed_update]: TE 2.x's fused update by
-default, `update="unfused"` for TE's other path). A quantisation uses the current scale and
-records its amax into history slot 0 (running max). The scales update once per step, at the
-first training forward of the next one: it reduces slot 0 with MAX over the process group,
-computes the new scales and rolls the history, if amaxes were recorded since the last
-update. A step is one training forward (and its backward) by default, Transformer Engine's
-one `autocast` region per forward; inside
+[delayed_update][normlab.precision.scales.delayed_update]). A quantisation uses the
+current scale and records its amax into history slot 0 (running max). The scales update
+once per step, at the first training forward of the next one: it reduces slot 0 with MAX
+over the process group, computes the new scales and rolls the history, if amaxes were
+recorded since the last update. A step is one training forward (and its backward) by
+default, Transformer Engine's one `autocast` region per forward; inside
 [training_step][normlab.torch.steps.training_step] it is the whole region (gradient
 accumulation: one update for all micro-batches). A forward recomputed during the backward
 (activation checkpointing, [recomputing][normlab.torch.recompute.recomputing]) updates
@@ -54,11 +53,7 @@ from normlab.precision.recipes import Recipe, check_recipe
 from normlab.torch import _operand_ops as opaque
 from normlab.torch._autocast import autocast_operands, autocast_region
 from normlab.torch._empty_batch import EmptyBatchFunction
-from normlab.torch._extra_state import (
-    checked_extra_state,
-    pack_extra_state,
-    unpack_extra_state,
-)
+from normlab.torch._extra_state import layer_extra_state, load_layer_extra_state
 from normlab.torch._gemm import ROLES, QuantLinearFunction, one_quantization
 from normlab.torch.distributed import reduce_amax
 from normlab.torch.namespace import TORCH
@@ -180,12 +175,7 @@ class QuantLinear(torch.nn.Linear):
         Packed into one `uint8` tensor (`normlab.torch._extra_state`) so that safetensors
         checkpoints (Hugging Face `save_pretrained`) can hold it.
         """
-        state: dict[str, Any] = {"pending": self.pending, "rounding_step": self.rounding_step}
-        if self.amax_history is not None:
-            state["amax_history"] = self.amax_history.clone()
-        if self.scale is not None:
-            state["scale"] = self.scale.clone()
-        return pack_extra_state(state)
+        return layer_extra_state(self)
 
     def set_extra_state(self, state: Any) -> None:
         """Load what `get_extra_state` returned: all validated first, then all applied.
@@ -195,18 +185,7 @@ class QuantLinear(torch.nn.Linear):
         finite float32 > 0, amaxes >= 0), `pending` is a bool and `rounding_step` an int
         >= 0; on an error (ValueError, TypeError naming the key) nothing has changed.
         """
-        state = unpack_extra_state(state)
-        mine = unpack_extra_state(self.get_extra_state())
-        if not isinstance(state, dict) or set(state) != set(mine):
-            raise ValueError(f"extra state must be a dict with keys {sorted(mine)}; got "
-                             f"{sorted(state) if isinstance(state, dict) else state!r}")
-        values = checked_extra_state(state, {k: tuple(v.shape) for k, v in mine.items()
-                                             if isinstance(v, torch.Tensor)})
-        self.pending, self.rounding_step = values["pending"], values["rounding_step"]
-        for key in ("amax_history", "scale"):
-            held = getattr(self, key)
-            if held is not None:
-                held.copy_(torch.from_numpy(values[key]))
+        load_layer_extra_state(self, state)
 
     def _load_from_state_dict(self, state_dict: Any, prefix: str, local_metadata: Any,
                               strict: bool, missing_keys: list[str], unexpected_keys: list[str],
@@ -270,12 +249,6 @@ class QuantLinear(torch.nn.Linear):
     @rounding_step.setter
     def rounding_step(self, value: int) -> None:
         self.rounding_counter.fill_(int(value))
-
-    def next_rounding_step(self) -> int:
-        """The counter of the next stochastic rounding, which then advances by one."""
-        step = self.rounding_step
-        self.rounding_step = step + 1
-        return step
 
     def operand_scale(self, t: torch.Tensor, index: int) -> torch.Tensor:
         """The 0-d float32 scale the FP8 recipes quantise operand `index` (`t`) with.
