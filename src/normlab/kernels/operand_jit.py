@@ -40,8 +40,7 @@ from normlab.kernels.quantize_jit import (
     splitmix64,
 )
 
-__all__ = ["decode_blocks", "encode_blocks", "encode_values", "fake_blocks",
-           "fake_encode_flat"]
+__all__ = ["decode_blocks", "encode_blocks", "encode_values", "fake_blocks", "fake_encode_flat"]
 
 _INF = np.uint32(0x7F800000)
 _SIGN = np.uint32(0x80000000)
