@@ -42,10 +42,11 @@ SCRIPT = textwrap.dedent(
     from torch.distributed.fsdp import fully_shard
     from normlab.torch import QuantLinear, convert
     from normlab.torch._extra_state import unpack_extra_state
-    from normlab.torch.recipes import Fp8CurrentRecipe, Fp8DelayedRecipe, MXRecipe
+    from normlab.torch.recipes import (
+        Fp8CurrentRecipe, Fp8DelayedRecipe, Fp8RowwiseRecipe, MXRecipe)
 
     RECIPES = {"delayed": Fp8DelayedRecipe(amax_history_len=4), "current": Fp8CurrentRecipe(),
-               "mx": MXRecipe()}
+               "mx": MXRecipe(), "rowwise_gw_hp": Fp8RowwiseRecipe(True)}
 
     def worker(rank, how, name, path):
         torch.set_num_threads(1)
@@ -120,7 +121,7 @@ def _run(tmp_path: Path, how: str, name: str) -> list[dict]:
     return [json.loads(Path(f"{base}.{r}.json").read_text()) for r in (0, 1)]
 
 
-@pytest.mark.parametrize("name", ["delayed", "current", "mx"])
+@pytest.mark.parametrize("name", ["delayed", "current", "mx", "rowwise_gw_hp"])
 @pytest.mark.parametrize("how", ["ddp", "fsdp2"])
 def test_uneven_batch_and_evaluation_on_one_rank_complete(tmp_path: Path, how: str,
                                                           name: str) -> None:

@@ -9,7 +9,7 @@ is empty must still enter every collective the other ranks enter (see
 in the order the full product (`normlab.torch._gemm`) runs them, so the amax
 all-reduces of current scaling match the other ranks' and the delayed-scaling history
 records the step as pending on every rank. Recipes without a per-tensor scale
-(`layer.scale is None`) have no collective and no state to touch.
+(no quantizer that takes a per-tensor scale) have no collective and no state to touch.
 """
 
 from __future__ import annotations
@@ -29,9 +29,10 @@ class EmptyBatchFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
                 layer: Any, training: bool) -> torch.Tensor:
-        if training and layer.scale is not None:
-            layer.operand_scale(x, 0)  # amax 0: enters the all-reduce like the others
-            layer.operand_scale(weight, 1)
+        if training:  # the scale steps of a full batch's forward GEMM (amax 0 for x)
+            for index, (t, role) in enumerate(((x, "x"), (weight, "w"))):
+                if layer.quantizers[role, 1].takes_scale:
+                    layer.operand_scale(t, index)
         y = x.to(torch.float32) @ weight.to(torch.float32).t()  # 0,N
         if bias is not None:
             y = y + bias.to(torch.float32)
@@ -44,8 +45,13 @@ class EmptyBatchFunction(torch.autograd.Function):
     def backward(ctx: Any, dy: torch.Tensor) -> tuple[Any, ...]:
         (weight,) = ctx.saved_tensors
         layer = ctx.layer
-        if is_training_forward(layer) and layer.scale is not None:
-            layer.operand_scale(dy, 2)  # the backward's dy all-reduce (amax 0)
+        if is_training_forward(layer):  # the scale steps of a full batch's backward
+            if layer.quantizers["dy", 1].takes_scale:
+                layer.operand_scale(dy, 2)  # the dy all-reduce (amax 0)
+            dgrad_w = layer.quantizers["w", 0]
+            if (ctx.needs_input_grad[0] and dgrad_w.takes_scale
+                    and layer.one_quantization["w"] is None):
+                layer.operand_scale(weight, 1)  # W scaled again for dgrad (its own scale)
         dx = dy.new_zeros((0, ctx.k), dtype=ctx.x_dtype)  # 0,K
         dw = torch.zeros_like(weight)  # N,K
         db = weight.new_zeros(weight.shape[0]) if ctx.has_bias else None  # N
