@@ -66,9 +66,17 @@ def run_seeds(out: Path, sizes: Sequence[str], seeds: Sequence[int], *, jobs: in
     work = [(size, seed) for size in sizes for seed in seeds]
     # the longest first (default before quick) so the last jobs to start are short ones
     work.sort(key=lambda w: _SIZES.index(w[0]), reverse=True)
+    codes: dict[tuple[str, int], int] = {}
+    if jobs > 1 and len(work) > 1:
+        # one short run alone first: it compiles the numba kernels into their cache, which
+        # the parallel runs then load instead of all compiling at once
+        first = min(work, key=lambda w: _SIZES.index(w[0]))
+        codes[first] = _one(out, first[0], first[1], threads, only)
+        work.remove(first)
     with ThreadPoolExecutor(max_workers=jobs) as pool:  # each thread waits on one process
-        codes = pool.map(lambda w: _one(out, w[0], w[1], threads, only), work)
-        return dict(zip(work, codes, strict=True))
+        codes.update(zip(work, pool.map(lambda w: _one(out, w[0], w[1], threads, only), work),
+                         strict=True))
+    return codes
 
 
 def read_metrics(out: Path) -> dict[str, dict[int, dict[str, Any]]]:
