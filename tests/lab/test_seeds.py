@@ -61,3 +61,12 @@ def test_bad_arguments_name_what_is_allowed(capsys):
     with pytest.raises(SystemExit):
         seeds.main(["--seeds", "a-b"])
     assert "expected numbers and ranges" in capsys.readouterr().err
+
+
+def test_the_normlab_command_forwards_every_argument_to_seeds(tmp_path):
+    from normlab.cli import main
+
+    _write(tmp_path, "quick", 4, _metrics({"invariance": "pass"}))
+    page = tmp_path / "page.md"
+    assert main(["seeds", "--render-only", "--out", str(tmp_path), "--page", str(page)]) == 0
+    assert parse_tables(page.read_text(encoding="utf-8"))[0][1] == ["invariance", "PASS"]

@@ -137,6 +137,34 @@ identities, rounding, a placement) are exact, have no interval and give PASS or 
 """
 
 
+_CHOSEN = """## What was chosen for stable verdicts, and why
+
+Each experiment's page and module docstring give the details; in short:
+
+- **training_stability**: 8 replicates at the default size (4 at `--quick`); C2 and C3 are
+  decided on the interval of the paired loss differences (> 0) instead of a fixed 0.15-nat
+  margin per seed; C4 compares Pre-LN without warmup with Post-LN with warmup at its own
+  learning rate (0.01), as the paper compares each placement at the rate that suits it
+  (at 0.02 the baseline fails to train in about a quarter of the runs).
+- **loss_scaling**: a fixed output multiplier of 1/4 (the flushing of a mean over 2^21
+  outputs at the cost of 2^17), the dynamic scaler starting at GradScaler's 2^16 (from
+  2^24, whose first overflowing steps were skipped), Adam at lr 0.01 (at 0.03 the final
+  loss swings by tens of percent between runs that differ only by rounding), 400 steps,
+  8 replicates; "matches" means within 10% (log-ratio interval), "falls behind" at least
+  10% above.
+- **residual_depth**: 8 perturbation replicates and 6 update replicates (from 3 and 4);
+  Admin's O(N) for Post-LN is a bound, judged as "Post-LN's output change grows faster than
+  Pre-LN's" (the earlier slope band [0.75, 1.25] treated the bound as the rate); quick
+  depths 4..32 (from 2..16, where ln N's own slope exceeds the O(log N) bound).
+- **norm_speed**: the speed claim is decided on the order-statistic interval of the
+  median time ratio; the paper's 7%-64% range (whole models on GPUs) is shown with its
+  interval, not judged.
+- **xiong_gradients**, **lowp_training**: decided on t intervals over their seeds (per-seed
+  log ratios, rank correlations and paired loss differences); no setting changed.
+
+"""
+
+
 def page(found: dict[str, dict[int, dict[str, Any]]], command: str) -> str:
     """The Markdown of the seed-table page, from the metrics `found` (see `read_metrics`)."""
     lines = ["# Seed table", "",
@@ -147,7 +175,7 @@ def page(found: dict[str, dict[int, dict[str, Any]]], command: str) -> str:
              f"```console\n$ {command}\n```", ""]
     for size in [s for s in _SIZES if s in found] + [s for s in found if s not in _SIZES]:
         lines += _size_table(size, found[size])
-    return "\n".join(lines) + "\n" + _READING
+    return "\n".join(lines) + "\n" + _READING + "\n" + _CHOSEN
 
 
 def _seed_list(text: str) -> list[int]:

@@ -149,7 +149,7 @@ GAP_MIN = 0.1  # unscaled fp16 "falls behind": final loss >= 10% above fp32's
 """Unscaled fp16 "falls behind": its final loss at least this fraction above fp32's."""
 MATCH_TOL = 0.1
 """Scaled fp16 "matches" fp32: the interval of ln(final loss ratio) within +-ln(1.1)."""
-REPLICATES = (4, 6, 10)
+REPLICATES = (4, 8, 12)
 """Replicates (quick, default, full): independent data, teacher and student each."""
 _TAIL = 0.1  # "final loss": geometric mean over the last tenth of the steps
 _REGIME = 0.5  # resolvable once outputs whose gradients flush carry half of fp32's loss

@@ -261,8 +261,9 @@ def run(settings: Settings, progress: Progress, *, device: str | None = None) ->
     """Train every configuration of `CONFIGS` over several seeds; judge the claims."""
     try:
         torch = importlib.import_module("torch")
+        importlib.import_module("normlab.torch")  # raises for a torch older than it supports
     except ImportError as exc:
-        raise ExperimentSkipped(f"lowp_training needs PyTorch: {TORCH_HINT}") from exc
+        raise ExperimentSkipped(f"lowp_training needs PyTorch: {TORCH_HINT} ({exc})") from exc
     dev = device or default_device()
     sz, corpus = _sizes(settings, dev), load_corpus()
     seeds = [settings.seed * sz["seeds"] + k for k in range(sz["seeds"])]  # disjoint per seed
