@@ -27,7 +27,8 @@ $2^{20}$ outputs gave unscaled fp16 +321% and scaled fp16 +1% over fp32; $2^{20}
 outputs cost 8 times the default's $2^{17}$, too much for several replicates on 2 cores.
 The multiplier 1/4 reaches the head's gradient twice (forward and backward), so the
 signal fp16 must hold there is 1/16 of a unit-scale head's: the flushing of a mean over
-$2^{21}$ outputs, at $2^{17}$'s cost ($2^{16}$ at `--quick`, $2^{20}$ with `--full`).
+$2^{21}$ outputs at the cost of $2^{17}$ ($2^{17}$ at the default size, $2^{16}$ at
+`--quick`, $2^{20}$ with `--full`).
 The earlier settings (no multiplier, lr 0.03, 350 steps, the scaler starting at $2^{24}$)
 gave scaled fp16 1.6x fp32 at seed 0: the scaler's first 8 steps were skipped for overflow
 (GradScaler starts at $2^{16}$; it is the start used now), and at lr 0.03 the final loss

@@ -13,9 +13,9 @@ runs LN, RMS, RMS, LN back to back after a warm-up call (both orders, so that th
 left by the first call of a pair favours neither); the measured value is the per-repeat
 ratio t_LN / t_RMS (each the sum over both orders). Timed in alternation, the two norms
 share whatever else the machine runs: a steady load slows both alike and leaves the ratio
-alone, a burst lands on one call and makes that repeat an outlier. The verdicts therefore
-use statistics that outliers cannot move far (a sign test, an order-statistic interval for
-the median), and a run too noisy to decide is INCONCLUSIVE, not NOT REPRODUCED: what the
+alone, a burst lands on one call and makes that repeat an outlier. The verdict therefore
+uses a statistic that outliers cannot move far (the order-statistic interval of the
+median ratio, [normlab.lab.replicates.median_interval][]), and a run too noisy to decide is INCONCLUSIVE, not NOT REPRODUCED: what the
 machine runs beside the lab can widen the interval but not flip the verdict. Correctness
 first: every output, input gradient and parameter gradient is compared with a float64
 evaluation of the formulas.
