@@ -17,8 +17,8 @@ alone, a burst lands on one call and makes that repeat an outlier. The verdict t
 uses a statistic that outliers cannot move far (the order-statistic interval of the
 median ratio, [normlab.lab.replicates.median_interval][]), and a run too noisy to decide
 is INCONCLUSIVE, not NOT REPRODUCED: what the machine runs beside the lab can widen the
-interval but not flip the verdict. Correctness first: every output, input gradient and parameter gradient is compared with a float64
-evaluation of the formulas.
+interval but not flip the verdict. Correctness first: every output, input gradient and
+parameter gradient is compared with a float64 evaluation of the formulas.
 
 Criteria (fixed before the first run), per backend, over n repeats:
 
