@@ -160,7 +160,7 @@ _F16_TINY, _F16_NORMAL, _F16_MAX = 2.0**-24, 2.0**-14, 65504.0
 
 
 def _sizes(settings: Settings) -> dict[str, int]:
-    b, k, steps = settings.pick((16, 4096, 300), (16, 8192, 400), (16, 65536, 500))
+    b, k, steps = settings.pick((16, 4096, 400), (16, 8192, 400), (16, 65536, 500))
     return {"batch": b, "outputs": k, "steps": steps, "features": FEATURES, "hidden": HIDDEN,
             "hidden_layers": HIDDEN_LAYERS}
 
