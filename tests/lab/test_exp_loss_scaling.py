@@ -51,7 +51,8 @@ def _m(finals: dict, regime: float = 0.9, flushed0: float = 0.3) -> dict:
 
 
 def test_training_claims_are_decided_on_the_log_ratio_interval():
-    jitter = np.array([1.0, 1.01, 0.99, 1.005])  # ln spread ~0.008: half-width ~0.013
+    # eight replicates (DECIDES_FROM), ln spread ~0.008: half-width ~0.007
+    jitter = np.array([1.0, 1.01, 0.99, 1.005, 0.995, 1.0, 1.01, 0.99])
     fp32 = 1e-5 * jitter
     # unscaled 2x behind in every replicate, scaled equal: both claims PASS
     c = exp.checks(_m({"fp32": fp32, "fp16": 2 * fp32, "fp16+scaler": fp32}))
@@ -61,9 +62,13 @@ def test_training_claims_are_decided_on_the_log_ratio_interval():
     c = exp.checks(_m({"fp32": fp32, "fp16": fp32, "fp16+scaler": 1.5 * fp32}))
     assert (c[2].verdict, c[4].verdict) == ("NOT REPRODUCED", "NOT REPRODUCED")
     # gaps that swing across the limits from replicate to replicate: INCONCLUSIVE
-    swing = np.array([1.0, 1.6, 0.9, 1.3])
+    swing = np.array([1.0, 1.6, 0.9, 1.3, 1.0, 1.6, 0.9, 1.3])
     c = exp.checks(_m({"fp32": fp32, "fp16": fp32 * swing, "fp16+scaler": fp32 * swing}))
     assert (c[2].verdict, c[4].verdict) == ("INCONCLUSIVE", "INCONCLUSIVE")
+    # four replicates (the quick size) do not decide: INCONCLUSIVE, saying so
+    c = exp.checks(_m({"fp32": fp32[:4], "fp16": 2 * fp32[:4], "fp16+scaler": fp32[:4]}))
+    assert (c[2].verdict, c[4].verdict) == ("INCONCLUSIVE", "INCONCLUSIVE")
+    assert "not decided at this size" in c[2].measured
     # part of the gradients flushing is judged on replicate 0's regime
     same = {"fp32": fp32, "fp16": fp32, "fp16+scaler": fp32}
     assert exp.checks(_m(same, regime=0.3, flushed0=0.01))[0].verdict == "INCONCLUSIVE"

@@ -28,9 +28,12 @@ def test_quick_run_has_no_failed_criterion(quick):
     assert quick.checks[0].if_false in ("FAIL", "INCONCLUSIVE")
     assert all(c.if_false in ("NOT REPRODUCED", "INCONCLUSIVE") for c in quick.checks[1:])
     assert set(quick.figures) == {"loss_curves", "lr_sweep"}
-    # with Xiong et al.'s initialisation the quick run at seed 0 shows the three claims of
-    # the multi-seed lr (Pre-LN trains, Post-LN without warmup stalls, warmup rescues it)
-    assert all(c.passed for c in quick.checks[:3])
+    # Pre-LN trains (the mechanism check); the paper's claims are measured over the quick
+    # size's 4 replicates, too few to decide them at every seed: INCONCLUSIVE, with the
+    # interval (Post-LN without warmup behind Pre-LN by about 0.65 nats at seed 0)
+    assert quick.checks[0].passed
+    assert all(c.verdict == "INCONCLUSIVE" and c.interval.n == 4 for c in quick.checks[1:])
+    assert quick.checks[1].interval.low > 0
 
 
 def test_the_model_has_xiong_et_als_initialisation(quick):
@@ -127,14 +130,18 @@ def test_c1_fails_only_where_the_baseline_trains_and_pre_ln_does_not():
 
 
 def test_the_claims_are_decided_on_the_interval_never_failed():
-    # four replicates with small spread (sd ~0.013, t(3) = 3.18: half-width ~0.02).
+    # eight replicates (DECIDES_FROM) with small spread (sd ~0.01: half-width ~0.01).
     # Post-LN without warmup 0.1 nats better than Pre-LN, warmup costing 0.5 nats: both
     # intervals exclude their criterion (> 0), NOT REPRODUCED; the comparison with the
     # baseline at its own lr, 0.4 nats behind, is comparable-or-better: PASS
-    jitter = np.array([0.0, 0.02, 0.01, -0.01])
+    jitter = np.array([0.0, 0.02, 0.01, -0.01, 0.0, 0.01, -0.01, 0.005])
     c = exp.checks(_m(2.2 + jitter, 2.1 + jitter, 2.6 + jitter))
     assert [x.verdict for x in c[1:]] == ["NOT REPRODUCED", "NOT REPRODUCED", "PASS"]
-    assert all(x.interval is not None and x.interval.n == 4 for x in c[1:])
+    assert all(x.interval is not None and x.interval.n == 8 for x in c[1:])
+    # four replicates (the quick size) do not decide: INCONCLUSIVE, saying so
+    c4 = exp.checks(_m(2.2 + jitter[:4], 2.1 + jitter[:4], 2.6 + jitter[:4]))
+    assert [x.verdict for x in c4[1:]] == ["INCONCLUSIVE"] * 3
+    assert all("not decided at this size" in x.measured for x in c4[1:])
     # Pre-LN 0.2 nats behind the baseline: beyond the 0.1-nat tolerance, NOT REPRODUCED
     c = exp.checks(_m(2.3 + jitter, 2.9 + jitter, 2.2 + jitter, baseline=2.1 + jitter))
     assert c[3].verdict == "NOT REPRODUCED" and c[3].interval.estimate == pytest.approx(0.2)
@@ -146,8 +153,8 @@ def test_the_claims_are_decided_on_the_interval_never_failed():
 def test_a_diverged_run_counts_as_the_unigram_entropy():
     # Post-LN without warmup diverging (inf) in one replicate: its loss in the paired
     # difference is the entropy 2.9, not inf, so the interval stays finite
-    c = exp.checks(_m([2.2, 2.21, 2.19], [np.inf, 2.9, 2.9], [2.3, 2.31, 2.29]))
-    assert c[1].interval.values == pytest.approx((0.7, 0.69, 0.71))
+    c = exp.checks(_m([2.2, 2.21, 2.19] * 3, [np.inf, 2.9, 2.9] * 3, [2.3, 2.31, 2.29] * 3))
+    assert c[1].interval.values == pytest.approx((0.7, 0.69, 0.71) * 3)
     assert c[1].verdict == "PASS"
 
 

@@ -84,8 +84,8 @@ def test_claims_are_decided_on_the_seeds_interval():
     # Two seeds whose spreads, 1.3 and 1.9, lie on both sides of 1.5 cannot tell
     # (t(1) = 12.7): INCONCLUSIVE
     base = np.linspace(1.6, 1.0, 6)
-    flat = np.tile(base, (4, 1))
-    post = np.tile(np.linspace(1.0, 2.0, 6), (4, 1))
+    flat = np.tile(base, (10, 1))  # ten seeds: DECIDES_FROM
+    post = np.tile(np.linspace(1.0, 2.0, 6), (10, 1))
     c_flat = exp._checks({"W1": post, "W2": post}, {"W1": flat, "W2": flat})
     assert c_flat[2].verdict == "NOT REPRODUCED" and c_flat[0].verdict == "PASS"
     assert c_flat[2].interval.estimate == pytest.approx(np.log(1.6))

@@ -118,3 +118,10 @@ def test_replicate_seeds_are_distinct_and_reproducible():
     assert a == b and len(set(a)) == 5 and not set(a) & set(c) and not set(a) & set(d)
     with pytest.raises(ValueError, match="n must be at least 1"):
         replicate_seeds(0, 0)
+
+
+def test_a_size_that_does_not_decide_reports_inconclusive_with_its_interval():
+    iv = t_interval([1.0, 1.1, 0.9], "s")
+    c = judged("p", "c", Criterion(low=0.0), iv, name="s", decides=False)
+    assert c.verdict == "INCONCLUSIVE" and c.interval is iv and c.values["decided"] is False
+    assert "not decided at this size" in c.measured

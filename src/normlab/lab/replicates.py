@@ -271,7 +271,8 @@ _METHOD_TEXT = {"t": "t interval of the mean", "median": "order-statistic interv
 
 
 def judged(source: str, claim: str, criterion: Criterion, interval: Interval, *, name: str,
-           measured: str = "", values: dict | None = None, fmt: str = ".3g") -> Check:
+           measured: str = "", values: dict | None = None, fmt: str = ".3g",
+           decides: bool = True) -> Check:
     """A [Check][normlab.lab.result.Check] decided by [decide][normlab.lab.replicates.decide].
 
     Parameters
@@ -291,6 +292,10 @@ def judged(source: str, claim: str, criterion: Criterion, interval: Interval, *,
         added).
     fmt : str, optional
         Format of the interval's numbers. Default `".3g"`.
+    decides : bool, optional
+        False where the run's size has too few replicates to decide this claim the same way
+        at every seed (measured over seeds 0-9): the interval is reported and the verdict
+        is INCONCLUSIVE, saying so. Default True.
 
     Returns
     -------
@@ -298,15 +303,21 @@ def judged(source: str, claim: str, criterion: Criterion, interval: Interval, *,
         `passed` when the verdict is PASS; `if_false` the verdict otherwise.
     """
     verdict, sde = decide(interval, criterion)
+    if not decides:
+        verdict = "INCONCLUSIVE"
     rule = (f"{criterion.text(name)}, decided on the 95% {_METHOD_TEXT[interval.method]} "
             f"over {interval.n} replicates: PASS when the interval clears it, NOT REPRODUCED "
             "when it excludes it, INCONCLUSIVE otherwise")
     shown = f"{name} {interval.text(fmt)}"
     if verdict == "INCONCLUSIVE":
         shown += f"; smallest detectable effect {sde:{fmt}}"
+    if not decides:
+        shown += ("; not decided at this size: too few replicates for the same verdict at "
+                  "every seed (the default size decides)")
     if measured:
         shown += f"; {measured}"
     numbers = {**(values or {}), "effect": interval.estimate, "interval": [interval.low,
-               interval.high], "replicates": interval.n, "smallest_detectable": sde}
+               interval.high], "replicates": interval.n, "smallest_detectable": sde,
+               "decided": decides}
     return Check(source, claim, rule, shown, verdict == "PASS", numbers,
                  if_false="INCONCLUSIVE" if verdict == "PASS" else verdict, interval=interval)

@@ -161,6 +161,10 @@ Each experiment's page and module docstring give the details; in short:
   interval, not judged.
 - **xiong_gradients**, **lowp_training**: decided on t intervals over their seeds (per-seed
   log ratios, rank correlations and paired loss differences); no setting changed.
+- **`--quick`**: a claim measured over fewer replicates than its experiment needs to
+  decide it the same way at every seed (8 for training_stability and loss_scaling, 10
+  seeds for xiong_gradients, 21 timing repeats for norm_speed) is INCONCLUSIVE there, with
+  its interval: the quick size is a smoke run; the default size decides.
 
 """
 

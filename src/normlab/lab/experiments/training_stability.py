@@ -48,8 +48,10 @@ stays within 0.1 nat of the unigram entropy (it learned letter frequencies only)
   ([normlab.lab.replicates.decide][]; a diverged or stalled run counts as the unigram
   entropy, the loss of a model that learned nothing more). The earlier fixed margins
   (each seed 0.15 nats apart) stood in for the resolution the interval now states.
-  Replicates: 4 at `--quick` (200 steps), 8 at the default size (250 steps), 10 with
-  `--full`; at 4 the interval is wide (t = 3.18) and C3 may come out INCONCLUSIVE.
+  Replicates: 8 at the default size (250 steps), 10 with `--full`, 4 at `--quick` (200
+  steps). Below DECIDES_FROM = 8 the claims are not decided: at 4, C3's interval cleared 0
+  at seed 0 and not at seed 1, so the quick size reports C2-C4 INCONCLUSIVE at every seed,
+  with their intervals.
 
 Run k of report seed s draws from the generators `[s, k, 2]` (weights) and `[s, k, 3]`
 (batches): seeds never overlap between reports. Dimension letters: T = steps, R = runs.
@@ -98,6 +100,9 @@ CONFIGS = (("post", False), ("post", True), ("pre", False), ("pre", True))  # (p
 shown, not judged."""
 _STALL_NATS = 0.1  # within this of the unigram entropy: only letter frequencies learned
 _LEARNED_NATS = 0.2  # "trained": at least this far below the unigram entropy
+DECIDES_FROM = 8
+"""Replicates needed to decide C2-C4: with the quick size's 4 the warmup claim C3 came out
+PASS at one seed and INCONCLUSIVE at the next, so fewer report INCONCLUSIVE at every seed."""
 BASELINE_LR = 0.01  # Post-LN with warmup at its own best lr (the paper's comparison)
 """The peak learning rate of the paper's baseline, Post-LN with warmup, in the comparison
 C4: at seed 0 its best swept lr (2.19 nats; 2.45 at PEAK_LR, where it trains in only about
@@ -248,7 +253,7 @@ def checks(m: dict[str, Any]) -> list[Check]:
                "worse than Pre-LN or diverges.", Criterion(low=0.0),
                t_interval(post0 - pre0, "Post-LN minus Pre-LN (both without warmup), "
                           f"{pair}; a diverged run counts as the unigram entropy"),
-               name="gap (nats)", measured=f"{n} replicates",
+               name="gap (nats)", measured=f"{n} replicates", decides=n >= DECIDES_FROM,
                values={"post_no_warmup": _jsonable(final[("post", False)]),
                        "pre_no_warmup": _jsonable(final[("pre", False)])}),
         judged(f"{src}, section 3.2 (Vaswani et al. 2017's warmup)", "Learning-rate warmup "
@@ -256,6 +261,7 @@ def checks(m: dict[str, Any]) -> list[Check]:
                t_interval(post0 - post1, "Post-LN without warmup minus Post-LN with warmup, "
                           f"{pair}; a diverged run counts as the unigram entropy"),
                name="gain from warmup (nats)", measured=f"{n} replicates",
+               decides=n >= DECIDES_FROM,
                values={"post_warmup": _jsonable(final[("post", True)]),
                        "post_no_warmup": _jsonable(final[("post", False)])}),
         judged(f"{src}, abstract and section 4", "Pre-LN without warmup reaches results "
@@ -265,8 +271,9 @@ def checks(m: dict[str, Any]) -> list[Check]:
                           "of replicate k (its weights and batches); a diverged run counts "
                           "as the unigram entropy"),
                name="difference (nats)", measured=f"comparable: within {_COMPARABLE_NATS} "
-               "nats or better", values={"pre_no_warmup": _jsonable(final[("pre", False)]),
-                                         "post_warmup_baseline_lr": _jsonable(m["baseline"])}),
+               "nats or better", decides=n >= DECIDES_FROM,
+               values={"pre_no_warmup": _jsonable(final[("pre", False)]),
+                       "post_warmup_baseline_lr": _jsonable(m["baseline"])}),
     ]
 
 
