@@ -224,7 +224,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not found:
         print(f"normlab seeds: no OUT/SIZE/seed-S/metrics.json under {out}", file=sys.stderr)
         return 1
-    text = page(found, "normlab seeds --render-only --out " + args.out)
+    seeds = sorted({s for runs in found.values() for s in runs})
+    span = f"{seeds[0]}-{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) \
+        else ",".join(map(str, seeds))
+    # the command that makes these files (the folder by its name: no machine's path)
+    text = page(found, f"normlab seeds --seeds {span} --sizes {','.join(found)} "
+                f"--jobs {args.jobs} --out {Path(args.out).name}")
     if args.page:
         Path(args.page).write_text(text, encoding="utf-8")
         print(f"seed table: {args.page}")
