@@ -126,8 +126,10 @@ class Interval:
     ----------
     estimate : float
         The effect: the mean (method "t") or the median (method "median") over replicates.
-    low, high : float
-        The interval's ends (infinite for a single replicate).
+    low : float
+        The interval's lower end (-inf for a single replicate).
+    high : float
+        The interval's upper end (inf for a single replicate).
     n : int
         Number of replicates.
     method : {"t", "median"}
@@ -242,6 +244,7 @@ def decide(interval: Interval, criterion: Criterion) -> tuple[Verdict, float]:
     Returns
     -------
     verdict : {"PASS", "NOT REPRODUCED", "INCONCLUSIVE"}
+        What the interval allows (see above).
     smallest_detectable : float
         The interval's half-width: how far from a limit the effect must lie for a run of
         this size to decide.
@@ -277,8 +280,10 @@ def judged(source: str, claim: str, criterion: Criterion, interval: Interval, *,
 
     Parameters
     ----------
-    source, claim : str
-        The paper and its claim, as in `Check`.
+    source : str
+        The paper, as in [Check][normlab.lab.result.Check].
+    claim : str
+        The paper's claim, in words.
     criterion : Criterion
         The limits on the effect.
     interval : Interval

@@ -59,8 +59,27 @@ def run_seeds(out: Path, sizes: Sequence[str], seeds: Sequence[int], *, jobs: in
               threads: int, only: str | None = None) -> dict[tuple[str, int], int]:
     """Run `normlab report` for every (size, seed), `jobs` processes at a time.
 
-    Returns the exit status of each run (1 for a FAIL or an ERROR, see
-    [exit_status][normlab.lab.runner.exit_status]).
+    Parameters
+    ----------
+    out : pathlib.Path
+        The folder of the reports: `OUT/SIZE/seed-S/` each, `OUT/logs/` their output.
+    sizes : sequence of str
+        `"quick"`, `"default"`, `"full"`.
+    seeds : sequence of int
+        The report seeds.
+    jobs : int
+        Reports run at once. With more than one, a quick run goes first alone (it fills
+        the numba cache the others then load).
+    threads : int
+        Threads per report (BLAS, OpenMP, numba), set in its environment.
+    only : str or None, optional
+        Comma-separated experiments (`--only`); None runs them all.
+
+    Returns
+    -------
+    dict
+        (size, seed) -> the exit status of its report (1 for a FAIL or an ERROR, see
+        [exit_status][normlab.lab.runner.exit_status]).
     """
     (out / "logs").mkdir(parents=True, exist_ok=True)
     work = [(size, seed) for size in sizes for seed in seeds]
@@ -170,7 +189,21 @@ Each experiment's page and module docstring give the details; in short:
 
 
 def page(found: dict[str, dict[int, dict[str, Any]]], command: str) -> str:
-    """The Markdown of the seed-table page, from the metrics `found` (see `read_metrics`)."""
+    """The Markdown of the seed-table page.
+
+    Parameters
+    ----------
+    found : dict
+        size -> seed -> metrics, as [read_metrics][normlab.lab.seeds.read_metrics] gives.
+    command : str
+        The command that makes the reports, shown on the page.
+
+    Returns
+    -------
+    str
+        The page: a table per size (experiments by seeds, verdicts in the cells, the wall
+        and CPU time of each run), how to read an interval, what was chosen and why.
+    """
     lines = ["# Seed table", "",
              "The verdict of every experiment of `normlab report` at each seed, one report per "
              "seed and size (PASS, NR = NOT REPRODUCED, INC = INCONCLUSIVE, FAIL, SKIP = an "
