@@ -17,9 +17,12 @@ def quick(quick_results):
 def test_quick_run_has_no_failed_criterion(quick):
     # the paper's claims may be NOT REPRODUCED or, at the quick size, INCONCLUSIVE; every
     # mechanism check (flush monotone in S, the dynamic scaler works) holds
-    assert len(quick.checks) == 5 and quick.verdict != "FAIL"
-    assert [c.if_false for c in quick.checks][1:4:2] == ["FAIL", "FAIL"]
-    assert quick.checks[1].passed and quick.checks[3].passed
+    assert len(quick.checks) == 6 and quick.verdict != "FAIL"
+    assert [quick.checks[i].if_false for i in (1, 3, 4)] == ["FAIL"] * 3
+    assert all(quick.checks[i].passed for i in (1, 3, 4))
+    # the probe step at 2^40 was skipped and halved the scale (exact powers of two)
+    assert quick.checks[4].values == {"skipped": True, "kept": True,
+                                      "scale_after": 2.0 ** (exp.PROBE_EXPONENT - 1)}
     assert set(quick.figures) == {"histogram", "flushed", "training"}
 
 
@@ -47,7 +50,8 @@ def _m(finals: dict, regime: float = 0.9, flushed0: float = 0.3) -> dict:
     return {"flushed": flushed, "overflow": overflow, "first_over": 10, "final": final,
             "finals": arrays, "log_drop": {k: float(np.log10(1.0 / v)) for k, v in
                                            final.items()},
-            "median_scale": 2.0**18, "applied": 0.98, "regime": regime}
+            "median_scale": 2.0**18, "applied": 0.98, "regime": regime,
+            "probe": {"skipped": True, "kept": True, "scale_after": 2.0**39}}
 
 
 def test_training_claims_are_decided_on_the_log_ratio_interval():
@@ -56,18 +60,18 @@ def test_training_claims_are_decided_on_the_log_ratio_interval():
     fp32 = 1e-5 * jitter
     # unscaled 2x behind in every replicate, scaled equal: both claims PASS
     c = exp.checks(_m({"fp32": fp32, "fp16": 2 * fp32, "fp16+scaler": fp32}))
-    assert (c[2].verdict, c[4].verdict) == ("PASS", "PASS")
+    assert (c[2].verdict, c[5].verdict) == ("PASS", "PASS")
     assert c[2].interval.estimate == pytest.approx(np.log(2.0))
     # unscaled level with fp32, scaled 1.5x above: both claims NOT REPRODUCED
     c = exp.checks(_m({"fp32": fp32, "fp16": fp32, "fp16+scaler": 1.5 * fp32}))
-    assert (c[2].verdict, c[4].verdict) == ("NOT REPRODUCED", "NOT REPRODUCED")
+    assert (c[2].verdict, c[5].verdict) == ("NOT REPRODUCED", "NOT REPRODUCED")
     # gaps that swing across the limits from replicate to replicate: INCONCLUSIVE
     swing = np.array([1.0, 1.6, 0.9, 1.3, 1.0, 1.6, 0.9, 1.3])
     c = exp.checks(_m({"fp32": fp32, "fp16": fp32 * swing, "fp16+scaler": fp32 * swing}))
-    assert (c[2].verdict, c[4].verdict) == ("INCONCLUSIVE", "INCONCLUSIVE")
+    assert (c[2].verdict, c[5].verdict) == ("INCONCLUSIVE", "INCONCLUSIVE")
     # four replicates (the quick size) do not decide: INCONCLUSIVE, saying so
     c = exp.checks(_m({"fp32": fp32[:4], "fp16": 2 * fp32[:4], "fp16+scaler": fp32[:4]}))
-    assert (c[2].verdict, c[4].verdict) == ("INCONCLUSIVE", "INCONCLUSIVE")
+    assert (c[2].verdict, c[5].verdict) == ("INCONCLUSIVE", "INCONCLUSIVE")
     assert "not decided at this size" in c[2].measured
     # part of the gradients flushing is judged on replicate 0's regime
     same = {"fp32": fp32, "fp16": fp32, "fp16+scaler": fp32}

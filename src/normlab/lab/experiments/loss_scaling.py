@@ -59,6 +59,10 @@ losses ([normlab.lab.replicates.decide][]); the others are read off replicate 0:
 * the dynamic scaler works (mechanism check): at its median scale at most 1% of the values
   flush, at least 90% of the steps are applied and log10 of the loss falls at least half as
   far as fp32's;
+* the dynamic scaler backs off (mechanism check): one step of the scaled run's final
+  network at S = 2^40, where its gradients overflow, is skipped, leaves the weights as they
+  were and halves S. Starting at 2^16, the training runs may never overflow, so the
+  back-off is shown by this step;
 * unscaled fp16 falls behind (the paper's claim): ln(final fp16 / final fp32) >= ln(1 +
   GAP_MIN), GAP_MIN = 10%;
 * scaled fp16 matches fp32 (the paper's claim): ln(final scaled fp16 / final fp32) within
@@ -128,7 +132,7 @@ NAME = "loss_scaling"
 TITLE = "fp16 gradients and loss scaling (Micikevicius et al. 2017)"
 """The experiment's title: the heading of its section in the report and of its page."""
 DETECTS = (
-    "dynamic loss scaler that never backs off (every step overflows and is skipped)",
+    "dynamic loss scaler that never backs off (the overflowing probe step keeps its scale)",
     "loss scale fixed at 1 (no scaling)",
 )
 """The library breaks this experiment turns into a FAIL, each proven by a
@@ -142,6 +146,8 @@ OUTPUT_SCALE = 0.25
 """The fixed multiplier of the network's output (teacher and student): the loss gradient
 reaching the head is OUTPUT_SCALE^2 = 1/16 of a unit-scale head's, as for a mean over 16x
 more outputs (see the module docstring)."""
+PROBE_EXPONENT = 40
+"""The back-off probe's scale exponent: S = 2^40, far above where the gradients overflow."""
 GROWTH_INTERVAL = 50
 """The dynamic scaler's growth interval: steps without overflow before it doubles."""
 LR = 0.01  # Adam learning rate (all three runs): small enough for smooth trajectories
@@ -232,6 +238,24 @@ def gradient_sample(settings: Settings, progress: Progress | None = None) -> np.
     return np.concatenate(keep).astype(np.float32)
 
 
+def _backoff_probe(run: dict[str, Any]) -> dict[str, Any]:
+    """One mixed-precision step of the scaled run's final network at S = 2^PROBE_EXPONENT,
+    where its gradients overflow fp16: the step must be skipped, the weights kept and the
+    scale halved. The training runs start at 2^16 and may never overflow; this step shows
+    the back-off directly."""
+    net, x, y = run["net"], run["x"], run["y"]
+    master = MasterWeights(net.params, FLOAT16)
+    opt = AdamW(master.masters, lr=LR, weight_decay=0.0)
+    scaler = DynamicLossScaler(init_scale=2.0**PROBE_EXPONENT, growth_interval=GROWTH_INTERVAL)
+    before = [p.data.copy() for p in net.params]
+    net.loss_and_grads(x, y, scaler.scale, fp16=True)
+    step = mixed_precision_step(master, opt, scaler)
+    kept = all(np.array_equal(p.data, b) for p, b in zip(net.params, before, strict=True))
+    for p, b in zip(net.params, before, strict=True):
+        p.data = b  # whatever happened, the run's final weights stay as they were
+    return {"skipped": bool(step.skipped), "kept": kept, "scale_after": float(scaler.scale)}
+
+
 def _tail(loss: np.ndarray) -> float:
     """The final loss, robust to Adam's step-to-step jitter: geometric mean of the last tenth."""
     tail = loss[-max(1, int(_TAIL * loss.size)):]
@@ -268,6 +292,7 @@ def measure(settings: Settings, progress: Progress) -> dict[str, Any]:
     flushed, overflow = _flush_table(g)
     first_over = next((i for i, o in enumerate(overflow) if o > 0), len(overflow))
     median_scale = float(np.median(runs["fp16+scaler"]["scale"]))
+    probe = _backoff_probe(runs["fp16+scaler"])
     stalled = runs["fp16"]  # where unscaled fp16 ended: its gradients there, exact and fp16
     err = stalled["net"].forward(stalled["x"]).astype(np.float64) - stalled["y"]  # B,K
     # the share of unscaled fp16's final loss carried by outputs whose gradient (y - t) / N
@@ -283,7 +308,7 @@ def measure(settings: Settings, progress: Progress) -> dict[str, Any]:
         "finals": {m: np.array(v) for m, v in finals.items()},
         "log_drop": {m: float(np.log10(r["loss"][0] / _tail(r["loss"]))) for m, r in runs.items()},
         "applied": 1.0 - runs["fp16+scaler"]["skipped"] / steps,
-        "median_scale": median_scale, "regime": regime,
+        "median_scale": median_scale, "regime": regime, "probe": probe,
         "layer_errors": {f"S = {s:g}": layer_errors(stalled["net"], stalled["x"], stalled["y"], s)
                          for s in (1.0, median_scale)},
     }
@@ -348,6 +373,17 @@ def checks(m: dict[str, Any]) -> list[Check]:
                         and drop_ratio >= _TRAINS_MIN),
             values={"flushed_at_median_scale": saved, "applied_fraction": m["applied"],
                     "drop_ratio": drop_ratio},
+        ),
+        Check(
+            source=src,
+            claim="On an overflow the dynamic scaler skips the step and backs off.",
+            criterion=f"one step at S = 2^{PROBE_EXPONENT} (gradients overflow fp16): "
+            f"skipped, weights unchanged, S halved to 2^{PROBE_EXPONENT - 1}",
+            measured=f"skipped {m['probe']['skipped']}, weights unchanged "
+            f"{m['probe']['kept']}, S after 2^{np.log2(m['probe']['scale_after']):g}",
+            passed=bool(m["probe"]["skipped"] and m["probe"]["kept"]
+                        and m["probe"]["scale_after"] == 2.0 ** (PROBE_EXPONENT - 1)),
+            values=dict(m["probe"]),
         ),
         judged(src, "With loss scaling, fp16 training matches fp32.",
                Criterion(low=-float(np.log1p(MATCH_TOL)), high=float(np.log1p(MATCH_TOL))),
