@@ -55,8 +55,9 @@ def _m(finals: dict, regime: float = 0.9, flushed0: float = 0.3) -> dict:
 
 
 def test_training_claims_are_decided_on_the_log_ratio_interval():
-    # eight replicates (DECIDES_FROM), ln spread ~0.008: half-width ~0.007
-    jitter = np.array([1.0, 1.01, 0.99, 1.005, 0.995, 1.0, 1.01, 0.99])
+    # twelve replicates (MATCH_DECIDES_FROM), ln spread ~0.008: half-width ~0.005
+    jitter = np.array([1.0, 1.01, 0.99, 1.005, 0.995, 1.0, 1.01, 0.99, 1.0, 1.002, 0.998,
+                       1.0])
     fp32 = 1e-5 * jitter
     # unscaled 2x behind in every replicate, scaled equal: both claims PASS
     c = exp.checks(_m({"fp32": fp32, "fp16": 2 * fp32, "fp16+scaler": fp32}))
@@ -66,9 +67,12 @@ def test_training_claims_are_decided_on_the_log_ratio_interval():
     c = exp.checks(_m({"fp32": fp32, "fp16": fp32, "fp16+scaler": 1.5 * fp32}))
     assert (c[2].verdict, c[5].verdict) == ("NOT REPRODUCED", "NOT REPRODUCED")
     # gaps that swing across the limits from replicate to replicate: INCONCLUSIVE
-    swing = np.array([1.0, 1.6, 0.9, 1.3, 1.0, 1.6, 0.9, 1.3])
+    swing = np.array([1.0, 1.6, 0.9, 1.3] * 3)
     c = exp.checks(_m({"fp32": fp32, "fp16": fp32 * swing, "fp16+scaler": fp32 * swing}))
     assert (c[2].verdict, c[5].verdict) == ("INCONCLUSIVE", "INCONCLUSIVE")
+    # eight (the default size) decide "falls behind" but not "matches"
+    c = exp.checks(_m({"fp32": fp32[:8], "fp16": 2 * fp32[:8], "fp16+scaler": fp32[:8]}))
+    assert (c[2].verdict, c[5].verdict) == ("PASS", "INCONCLUSIVE")
     # four replicates (the quick size) do not decide: INCONCLUSIVE, saying so
     c = exp.checks(_m({"fp32": fp32[:4], "fp16": 2 * fp32[:4], "fp16+scaler": fp32[:4]}))
     assert (c[2].verdict, c[5].verdict) == ("INCONCLUSIVE", "INCONCLUSIVE")

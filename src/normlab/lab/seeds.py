@@ -169,8 +169,12 @@ Each experiment's page and module docstring give the details; in short:
   outputs at the cost of 2^17), the dynamic scaler starting at GradScaler's 2^16 (from
   2^24, whose first overflowing steps were skipped), Adam at lr 0.01 (at 0.03 the final
   loss swings by tens of percent between runs that differ only by rounding), 400 steps,
-  8 replicates; "matches" means within 10% (log-ratio interval), "falls behind" at least
-  10% above.
+  8 replicates; "falls behind" (at least 10% above fp32) is decided at the default size
+  and held at seeds 0-9; "matches" (within 10%, log-ratio interval) was PASS at 3 of seeds
+  0-9 and INCONCLUSIVE at 7 at the default size (a replicate's ratio swings by up to
+  +-40%), so it is decided only from 12 replicates (`--full`): the default size now
+  reports loss_scaling INCONCLUSIVE at every seed. The table below was measured before that
+  rule; the numbers are the same, only the verdict of seeds 0, 7 and 9 reads INC now.
 - **residual_depth**: 8 perturbation replicates and 6 update replicates (from 3 and 4);
   Admin's O(N) for Post-LN is a bound, judged as "Post-LN's output change grows faster than
   Pre-LN's" (the earlier slope band [0.75, 1.25] treated the bound as the rate); quick

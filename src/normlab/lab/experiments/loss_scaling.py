@@ -71,8 +71,15 @@ losses ([normlab.lab.replicates.decide][]); the others are read off replicate 0:
   is a quarter of the smallest gap unscaled fp16 shows.
 
 Replicates: 8 at the default size, 12 with `--full`, 4 at `--quick`. Below DECIDES_FROM = 8
-the two training claims are not decided (INCONCLUSIVE, the interval shown): at 4, seed 1's
-intervals reached across both limits while seed 0's did not.
+"unscaled fp16 falls behind" is not decided (INCONCLUSIVE, the interval shown): at 4, seed
+1's interval reached across the limit while seed 0's did not. At 8 it PASSed at all of
+seeds 0-9 (lower ends of the log-ratio interval 0.68-1.46, against ln 1.1 = 0.095).
+"Scaled fp16 matches fp32" is decided only from MATCH_DECIDES_FROM = 12 replicates: at the
+default size's 8 its interval lay inside +-ln 1.1 at seeds 0, 7 and 9 and straddled it at
+the other 7 (the final loss of one replicate's scaled run differs from its fp32 run's by up
+to +-40%: the two full-batch trajectories part ways), so the default size reports it
+INCONCLUSIVE at every seed, with its interval, and the experiment with it. Making it hold at
+every seed needs a setting whose runs do not part ways, not found within this budget.
 
 The earlier version trained a deep narrow MLP with 64 outputs per example and reported the
 training claim NOT REPRODUCED (+3.4%): the values that flushed there were mostly the first
@@ -162,8 +169,12 @@ MATCH_TOL = 0.1
 """Scaled fp16 "matches" fp32: the interval of ln(final loss ratio) within +-ln(1.1)."""
 REPLICATES = (4, 8, 12)
 DECIDES_FROM = 8
-"""Replicates needed to decide the two training claims: the quick size's 4 gave intervals
-that reached across the limits at some seeds, so there they report INCONCLUSIVE."""
+"""Replicates needed to decide "unscaled fp16 falls behind": the quick size's 4 gave
+intervals that reached across the limit at some seeds, so there it reports INCONCLUSIVE."""
+MATCH_DECIDES_FROM = 12
+"""Replicates needed to decide "scaled fp16 matches fp32": over seeds 0-9 at the default
+size's 8, the interval lay inside +-10% at 3 seeds and straddled it at 7 (one replicate's
+final-loss ratio swings by up to +-40%), so below 12 (`--full`) it reports INCONCLUSIVE."""
 """Replicates (quick, default, full): independent data, teacher and student each."""
 _TAIL = 0.1  # "final loss": geometric mean over the last tenth of the steps
 _REGIME = 0.5  # resolvable once outputs whose gradients flush carry half of fp32's loss
@@ -389,7 +400,8 @@ def checks(m: dict[str, Any]) -> list[Check]:
                Criterion(low=-float(np.log1p(MATCH_TOL)), high=float(np.log1p(MATCH_TOL))),
                t_interval(np.log(finals["fp16+scaler"] / finals["fp32"]), "ln of loss-scaled "
                           "fp16's final loss over fp32's, one replicate"),
-               name="ln(scaled fp16 / fp32)", decides=finals["fp32"].size >= DECIDES_FROM,
+               name="ln(scaled fp16 / fp32)",
+               decides=finals["fp32"].size >= MATCH_DECIDES_FROM,
                measured=f"replicate 0: {final['fp16+scaler'] / final['fp32']:.3f} x fp32; "
                f"unscaled {final['fp16'] / final['fp32']:.2f} x"),
     ]
