@@ -16,7 +16,9 @@ Contract for every experiment module in [normlab.lab.experiments][]:
 * a claim of a paper that depends on random draws is measured over replicates and decided
   from its interval by [normlab.lab.replicates.decide][] (`judged` builds the check); only
   exact checks of a mechanism are plain pass/fail;
-* budget: about 5 s at `size="quick"`, 30 s at `"default"` on 2 cores; `"full"` may be larger.
+* budget: the whole report within 90 s at `size="quick"` and 6 minutes at `"default"` on
+  2 cores (most experiments take seconds, the trained ones up to a minute or two);
+  `"full"` may be larger.
 """
 
 from __future__ import annotations
@@ -58,7 +60,8 @@ class Settings:
     Attributes
     ----------
     size : {"quick", "default", "full"}
-        `"quick"` (about 5 s an experiment), `"default"` (about 30 s) or `"full"` (larger).
+        `"quick"` (a smoke run: the whole report within 90 s on 2 cores), `"default"` (within
+        6 minutes; decides the claims) or `"full"` (more replicates).
     seed : int
         The seed of all the experiment's randomness.
     """
