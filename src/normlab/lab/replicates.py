@@ -318,7 +318,7 @@ def judged(source: str, claim: str, criterion: Criterion, interval: Interval, *,
         shown += f"; smallest detectable effect {sde:{fmt}}"
     if not decides:
         shown += ("; not decided at this size: too few replicates for the same verdict at "
-                  "every seed (the default size decides)")
+                  "every seed (a larger size, with more replicates, decides)")
     if measured:
         shown += f"; {measured}"
     numbers = {**(values or {}), "effect": interval.estimate, "interval": [interval.low,
