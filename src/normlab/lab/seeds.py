@@ -187,7 +187,7 @@ Each experiment's page and module docstring give the details; in short:
 - **`--quick`**: a claim measured over fewer replicates than its experiment needs to
   decide it the same way at every seed (8 for training_stability and loss_scaling, 10
   seeds for xiong_gradients, 21 timing repeats for norm_speed) is INCONCLUSIVE there, with
-  its interval: the quick size is a smoke run; the default size decides.
+  its interval: the quick size is a smoke run; the default size decides them.
 
 """
 
