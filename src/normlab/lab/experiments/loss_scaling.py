@@ -89,7 +89,6 @@ F = input features, H = hidden width, K = outputs per example.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import numpy as np
@@ -103,24 +102,32 @@ from normlab.lab.experiments._loss_scaling_net import (
     FEATURES,
     HIDDEN,
     HIDDEN_LAYERS,
-    DenseNet,
-    init_record,
     layer_errors,
 )
-from normlab.lab.replicates import Criterion, judged, replicate_seeds, t_interval
-from normlab.lab.result import Check, ExperimentResult, NullProgress, Progress, Settings
+from normlab.lab.experiments._loss_scaling_runs import (
+    GROWTH_INTERVAL,
+    INIT_SCALE,
+    LR,
+    OUTPUT_SCALE,
+    PROBE_EXPONENT,
+    SNAPSHOTS,
+    backoff_probe,
+    final_loss,
+    gradient_sample,
+    replicates,
+    sizes,
+    train,
+)
+from normlab.lab.replicates import Criterion, judged, t_interval
+from normlab.lab.result import Check, ExperimentResult, Progress, Settings
 from normlab.lab.tables import markdown_table
 from normlab.lab.training import single_threaded
-from normlab.nn.optim import AdamW
 from normlab.precision import (
     FLOAT16,
-    FLOAT32,
-    DynamicLossScaler,
-    MasterWeights,
-    StaticLossScaler,
-    mixed_precision_step,
     quantize,
 )
+
+_sizes = sizes  # the name the lab's config tests read
 
 __all__ = [
     "DETECTS",
@@ -147,19 +154,6 @@ fault-injection test (the contract of [normlab.lab.result][])."""
 
 SCALE_EXPONENTS = tuple(range(0, 41, 2))  # S = 2^0 ... 2^40
 """The swept loss scales, as exponents e of S = 2^e: 0, 2, ..., 40."""
-INIT_SCALE = 2.0**16
-"""The dynamic loss scaler's first scale, 2^16 (PyTorch GradScaler's default)."""
-OUTPUT_SCALE = 0.25
-"""The fixed multiplier of the network's output (teacher and student): the loss gradient
-reaching the head is OUTPUT_SCALE^2 = 1/16 of a unit-scale head's, as for a mean over 16x
-more outputs (see the module docstring)."""
-PROBE_EXPONENT = 40
-"""The back-off probe's scale exponent: S = 2^40, far above where the gradients overflow."""
-GROWTH_INTERVAL = 50
-"""The dynamic scaler's growth interval: steps without overflow before it doubles."""
-LR = 0.01  # Adam learning rate (all three runs): small enough for smooth trajectories
-"""The Adam learning rate of all three runs: constant for two thirds of the steps, then
-linearly to zero."""
 _PART = (0.05, 0.95)  # "part" of the gradients flush: between 5% and 95% at S = 1
 _APPLIED_MIN = 0.9  # the scaled run must apply at least 90% of its steps
 _TRAINS_MIN = 0.5  # ... and its log10 loss must fall by at least half of fp32's fall
@@ -167,7 +161,6 @@ GAP_MIN = 0.1  # unscaled fp16 "falls behind": final loss >= 10% above fp32's
 """Unscaled fp16 "falls behind": its final loss at least this fraction above fp32's."""
 MATCH_TOL = 0.1
 """Scaled fp16 "matches" fp32: the interval of ln(final loss ratio) within +-ln(1.1)."""
-REPLICATES = (4, 8, 12)
 DECIDES_FROM = 8
 """Replicates needed to decide "unscaled fp16 falls behind": the quick size's 4 gave
 intervals that reached across the limit at some seeds, so there it reports INCONCLUSIVE."""
@@ -176,101 +169,9 @@ MATCH_DECIDES_FROM = 12
 size's 8, the interval lay inside +-10% at 3 seeds and straddled it at 7 (one replicate's
 final-loss ratio swings by up to +-40%), so below 12 (`--full`) it reports INCONCLUSIVE."""
 """Replicates (quick, default, full): independent data, teacher and student each."""
-_TAIL = 0.1  # "final loss": geometric mean over the last tenth of the steps
 _REGIME = 0.5  # resolvable once outputs whose gradients flush carry half of fp32's loss
 _SAVED_MAX = 0.01  # at the dynamic scaler's median scale at most 1% of the values flush
-_SNAPSHOTS = 10  # gradient histogram: every backward signal of 10 evenly spaced fp32 steps
 _F16_TINY, _F16_NORMAL, _F16_MAX = 2.0**-24, 2.0**-14, 65504.0
-
-
-def _sizes(settings: Settings) -> dict[str, int]:
-    b, k, steps = settings.pick((16, 4096, 400), (16, 8192, 400), (16, 65536, 500))
-    return {"batch": b, "outputs": k, "steps": steps, "features": FEATURES, "hidden": HIDDEN,
-            "hidden_layers": HIDDEN_LAYERS}
-
-
-def _data(settings: Settings) -> tuple[np.ndarray, np.ndarray, int]:
-    sz = _sizes(settings)
-    rng = np.random.default_rng([settings.seed, 4])
-    x = rng.standard_normal((sz["batch"], FEATURES)).astype(np.float32)  # B,F
-    teacher = DenseNet(sz["outputs"], rng, OUTPUT_SCALE)  # the student's architecture
-    y = teacher.forward(x).astype(np.float64)  # B,K
-    return x, y, sz["outputs"]
-
-
-def _train(settings: Settings, mode: str, steps: int, progress: Progress,
-           keep: list[np.ndarray] | None = None) -> dict[str, Any]:
-    """Full-batch Adam in `mode` = "fp32", "fp16" (no scaling) or "fp16+scaler"."""
-    x, y, k = _data(settings)
-    net = DenseNet(k, np.random.default_rng([settings.seed, 40]), OUTPUT_SCALE)
-    init = init_record(net)  # what the student starts from, read off its arrays
-    fp16 = mode != "fp32"
-    master = MasterWeights(net.params, FLOAT16 if fp16 else FLOAT32)  # fp32 masters
-    opt = AdamW(master.masters, lr=LR, weight_decay=0.0)
-    scaler: DynamicLossScaler | StaticLossScaler = StaticLossScaler(1.0)
-    if mode == "fp16+scaler":
-        scaler = DynamicLossScaler(init_scale=INIT_SCALE, growth_interval=GROWTH_INTERVAL)
-    losses, scales, skipped = [], [], 0
-    for t in range(steps):
-        opt.lr = LR * min(1.0, 3.0 * (1.0 - t / steps))  # constant, then to 0 over the last third
-        scales.append(scaler.scale)
-        sample = keep if keep is not None and t % (steps // _SNAPSHOTS) == 0 else None
-        losses.append(net.loss_and_grads(x, y, scaler.scale, fp16=fp16, keep=sample))
-        # unscale, skip on overflow, step the fp32 masters, refresh the working copy
-        skipped += mixed_precision_step(master, opt, scaler).skipped
-        progress.advance()
-    losses.append(net.loss_and_grads(x, y, 1.0, fp16=fp16))  # after the last step
-    return {"loss": np.array(losses), "scale": np.array(scales), "skipped": skipped,
-            "net": net, "optimizer": type(opt).__name__, "x": x, "y": y, "init": init}
-
-
-def replicates(settings: Settings) -> list[Settings]:
-    """The replicates' settings: the report's size, each with its own derived seed.
-
-    Replicate k draws its data, teacher and student from `replicate_seeds(seed, n)[k]`
-    ([normlab.lab.replicates.replicate_seeds][]); n = REPLICATES by size.
-    """
-    n = settings.pick(*REPLICATES)
-    return [dataclasses.replace(settings, seed=int(q.generate_state(1)[0]))
-            for q in replicate_seeds(settings.seed, n)]
-
-
-def gradient_sample(settings: Settings, progress: Progress | None = None) -> np.ndarray:
-    """Every backward signal of 10 evenly spaced steps of the fp32 run (as Figure 3), float32.
-
-    Exact zeros (ReLU) included; the same values `measure` histograms: one BLAS
-    thread, as `run` uses (the thread count changes the products' summation order, and
-    with it a few of the values that underflow to zero).
-    """
-    keep: list[np.ndarray] = []
-    with single_threaded():
-        _train(replicates(settings)[0], "fp32", _sizes(settings)["steps"],
-               progress or NullProgress(), keep)
-    return np.concatenate(keep).astype(np.float32)
-
-
-def _backoff_probe(run: dict[str, Any]) -> dict[str, Any]:
-    """One mixed-precision step of the scaled run's final network at S = 2^PROBE_EXPONENT,
-    where its gradients overflow fp16: the step must be skipped, the weights kept and the
-    scale halved. The training runs start at 2^16 and may never overflow; this step shows
-    the back-off directly."""
-    net, x, y = run["net"], run["x"], run["y"]
-    master = MasterWeights(net.params, FLOAT16)
-    opt = AdamW(master.masters, lr=LR, weight_decay=0.0)
-    scaler = DynamicLossScaler(init_scale=2.0**PROBE_EXPONENT, growth_interval=GROWTH_INTERVAL)
-    before = [p.data.copy() for p in net.params]
-    net.loss_and_grads(x, y, scaler.scale, fp16=True)
-    step = mixed_precision_step(master, opt, scaler)
-    kept = all(np.array_equal(p.data, b) for p, b in zip(net.params, before, strict=True))
-    for p, b in zip(net.params, before, strict=True):
-        p.data = b  # whatever happened, the run's final weights stay as they were
-    return {"skipped": bool(step.skipped), "kept": kept, "scale_after": float(scaler.scale)}
-
-
-def _tail(loss: np.ndarray) -> float:
-    """The final loss, robust to Adam's step-to-step jitter: geometric mean of the last tenth."""
-    tail = loss[-max(1, int(_TAIL * loss.size)):]
-    return float(np.exp(np.mean(np.log(tail))))
 
 
 def _flush_table(g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -287,23 +188,23 @@ def _flush_table(g: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def measure(settings: Settings, progress: Progress) -> dict[str, Any]:
     """Three training runs, the fp32 run's gradients and their fp16 fate per scale."""
-    steps = _sizes(settings)["steps"]
+    steps = sizes(settings)["steps"]
     reps = replicates(settings)
     progress.start(3 * steps * len(reps), "loss scaling")
     keep: list[np.ndarray] = []
-    runs = {"fp32": _train(reps[0], "fp32", steps, progress, keep)}
+    runs = {"fp32": train(reps[0], "fp32", steps, progress, keep)}
     for mode in ("fp16", "fp16+scaler"):
-        runs[mode] = _train(reps[0], mode, steps, progress)
-    finals = {m: [_tail(r["loss"])] for m, r in runs.items()}  # replicate 0 in full, ...
+        runs[mode] = train(reps[0], mode, steps, progress)
+    finals = {m: [final_loss(r["loss"])] for m, r in runs.items()}  # replicate 0 in full, ...
     for rep in reps[1:]:  # ... the others for their final losses only
         for mode in finals:
-            finals[mode].append(_tail(_train(rep, mode, steps, progress)["loss"]))
+            finals[mode].append(final_loss(train(rep, mode, steps, progress)["loss"]))
     g = np.concatenate(keep).astype(np.float32)
     nz = g[g != 0]
     flushed, overflow = _flush_table(g)
     first_over = next((i for i, o in enumerate(overflow) if o > 0), len(overflow))
     median_scale = float(np.median(runs["fp16+scaler"]["scale"]))
-    probe = _backoff_probe(runs["fp16+scaler"])
+    probe = backoff_probe(runs["fp16+scaler"])
     stalled = runs["fp16"]  # where unscaled fp16 ended: its gradients there, exact and fp16
     err = stalled["net"].forward(stalled["x"]).astype(np.float64) - stalled["y"]  # B,K
     # the share of unscaled fp16's final loss carried by outputs whose gradient (y - t) / N
@@ -312,12 +213,13 @@ def measure(settings: Settings, progress: Progress) -> dict[str, Any]:
     flushes = np.abs(OUTPUT_SCALE * err / err.size) <= _F16_TINY / 2  # B,K
     regime = float(np.sum(err[flushes] ** 2) / np.sum(err**2))
     return {
-        "sizes": _sizes(settings), "runs": runs, "g": g, "nonzero": int(nz.size),
+        "sizes": sizes(settings), "runs": runs, "g": g, "nonzero": int(nz.size),
         "flushed": flushed, "overflow": overflow, "first_over": first_over,
         "subnormal": float(np.mean((np.abs(nz) >= _F16_TINY / 2) & (np.abs(nz) < _F16_NORMAL))),
-        "final": {m: _tail(r["loss"]) for m, r in runs.items()},
+        "final": {m: final_loss(r["loss"]) for m, r in runs.items()},
         "finals": {m: np.array(v) for m, v in finals.items()},
-        "log_drop": {m: float(np.log10(r["loss"][0] / _tail(r["loss"]))) for m, r in runs.items()},
+        "log_drop": {m: float(np.log10(r["loss"][0] / final_loss(r["loss"])))
+                     for m, r in runs.items()},
         "applied": 1.0 - runs["fp16+scaler"]["skipped"] / steps,
         "median_scale": median_scale, "regime": regime, "probe": probe,
         "layer_errors": {f"S = {s:g}": layer_errors(stalled["net"], stalled["x"], stalled["y"], s)
@@ -447,7 +349,7 @@ def run(settings: Settings, progress: Progress) -> ExperimentResult:
         f"same architecture, He initialisation, {sz['steps']} full-batch Adam steps (lr "
         f"{LR:g}, to zero over the last third), no factor on the loss. {m['nonzero']} "
         "nonzero backward signals collected "
-        f"at {_SNAPSHOTS} evenly spaced steps of the fp32 run: {100 * m['flushed'][0]:.1f}% "
+        f"at {SNAPSHOTS} evenly spaced steps of the fp32 run: {100 * m['flushed'][0]:.1f}% "
         "flush to "
         f"zero and {100 * m['subnormal']:.1f}% are fp16 subnormals without scaling. The "
         f"dynamic scaler starts at 2^{int(np.log2(INIT_SCALE))} (GradScaler's rules, growth "
