@@ -273,6 +273,7 @@ def lab_page(
                 f"- **Claim:** {_cell(check['claim'])}",
                 f"- **Criterion:** {_cell(check['criterion'])}",
                 f"- **Measured:** {_cell(check['measured'])}",
+                *_interval_line(check.get("interval")),
                 f"- **Verdict:** {check_verdict(check)}",
                 "",
             ]
@@ -293,6 +294,19 @@ def lab_page(
         "    options:\n      show_root_heading: false\n      heading_level: 3\n"
     )
     return "\n".join(lines)
+
+
+def _interval_line(iv: Mapping[str, Any] | None) -> list[str]:
+    """The effect, its 95% interval, the replicates and what each is (none: exact check)."""
+    if not iv:
+        return ["- **Interval:** none (an exact check)"]
+    kind = "mean" if iv["method"] == "t" else "median"
+    return [f"- **Effect:** {_num(iv['estimate'])}, 95% interval [{_num(iv['low'])}, "
+            f"{_num(iv['high'])}], {iv['n']} replicates ({kind} of: {_cell(iv['averaged'])})"]
+
+
+def _num(v: Any) -> str:
+    return f"{v:.3g}" if isinstance(v, (int, float)) else str(v)
 
 
 def _checked() -> dict[str, str]:

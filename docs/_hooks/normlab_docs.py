@@ -47,6 +47,8 @@ API_MODULES = {  # page -> (title, modules rendered on it)
         [
             "normlab.lab.experiments",
             "normlab.lab.result",
+            "normlab.lab.replicates",
+            "normlab.lab.seeds",
             "normlab.lab.runner",
             "normlab.lab.report",
             "normlab.lab.render",
@@ -170,7 +172,7 @@ def _expand_nav(nav: list[Any]) -> list[Any]:
         if value == "GENERATED:api":
             value = [{t: page} for page, (t, _) in _api_pages().items()]
         elif value == "GENERATED:lab":
-            value = [{"Overview": "lab/index.md"}]
+            value = [{"Overview": "lab/index.md"}, {"Seed table": "lab/seeds.md"}]
             value += [{name: f"lab/{name}.md"} for name in _experiments()]
         elif value == "GENERATED:optional":
             for optional_title, page in OPTIONAL_PAGES.items():

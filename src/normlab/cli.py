@@ -126,6 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
     insp.add_argument("log", help="the JSON-lines file inspect(..., path=...) wrote")
     insp.add_argument("--out", default="normlab-inspect",
                       help="output folder (default ./normlab-inspect/)")
+    seeds = sub.add_parser("seeds", help="run the report at several seeds and sizes and write "
+                           "the seed table (arguments go to normlab.lab.seeds)")
+    seeds.add_argument("args", nargs=argparse.REMAINDER, help="arguments for normlab.lab.seeds")
 
     ex = sub.add_parser("exercise", help="print the runnable solution of an exercise")
     ex.add_argument("number", choices=EXERCISES, help="exercise number")
@@ -284,6 +287,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         return int(rc) if rc is not None else 0
     if args.command == "inspect":
         return _inspect(args.log, args.out)
+    if args.command == "seeds":
+        from normlab.lab.seeds import main as seeds_main
+
+        return seeds_main([a for i, a in enumerate(args.args) if not (i == 0 and a == "--")])
     if args.command == "exercise":
         from normlab.lab.exercises import exercise_text
 
@@ -321,8 +328,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     0
     """
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["bench"]:  # everything after "bench" belongs to normlab.bench, untouched
-        argv = ["bench", "--", *argv[1:]]
+    if argv[:1] in (["bench"], ["seeds"]):  # the rest belongs to normlab.bench / lab.seeds
+        argv = [argv[0], "--", *argv[1:]]
     command = argv[0] if argv and not argv[0].startswith("-") else None
     where = f"normlab {command}" if command else "normlab"
     try:

@@ -32,13 +32,14 @@ def test_quick_run_reports_every_check_and_the_figure():
     assert len(result.checks) == 6
     assert set(result.figures) == {"depth"}
     assert result.settings["depths"] == list(exp.QUICK_DEPTHS)
-    # the perturbation claims hold at the quick size for seed 0 (slopes 1.10, 0.53, 0.55);
-    # the fault-injection test relies on Post-LN's O(N) and Pre-LN's O(log N) passing here
-    passed = {c.claim.split(":")[0]: c.passed for c in result.checks}
-    assert [c.passed for c in result.checks[2:]] == [True, True, True, True], passed
-    # P1-P3 are the papers' claims; the contrast P4 is the mechanism check
-    assert [c.if_false for c in result.checks[2:]] == [
-        "NOT REPRODUCED", "INCONCLUSIVE", "INCONCLUSIVE", "FAIL"]
+    # every claim holds at the quick size for seed 0; the fault-injection test relies on
+    # P1 (Post-LN grows faster than Pre-LN) and P2 (Pre-LN O(log N)) passing here
+    passed = {c.claim.split(":")[0]: c.measured for c in result.checks}
+    assert all(c.passed for c in result.checks), passed
+    # U1-P3 are the papers' claims, decided on intervals over replicates; the contrast P4
+    # is the mechanism check
+    assert all(c.interval is not None and c.interval.n >= 6 for c in result.checks[:5])
+    assert result.checks[5].interval is None and result.checks[5].if_false == "FAIL"
     # the update claims: SGD on the weight matrices, in the small-step regime
     assert result.checks[0].values["regime_fraction"] <= exp.REGIME_FRACTION
     assert "SGD" in result.settings["update_step"] and "AdamW" in result.settings["extension_step"]
@@ -148,3 +149,47 @@ def test_rezero_update_and_change_are_exactly_zero_and_listed_not_fitted():
     table = exp._table((2, 4), {"rezero": {"sgd": zeros, "adam": ones, "f": ones}},
                        {"rezero": np.zeros(2)})
     assert table.count("0 exactly") == 2
+
+
+def _linearised_update(placement: str, depth: int, seed: int, batch: int) -> float:
+    """||ΔF|| of one SGD step on the weight matrices, by a different route: the
+    directional derivative of F along the loss gradient, taken by central differences of
+    F's forward pass alone, times the learning rate (first order in eta, as the theorem)."""
+    rng, x, stack = exp._setup(placement, depth, seed, batch)
+    head = exp.Linear(exp.D, exp.V, bias=False, rng=rng, init="xavier_normal",
+                      dtype=np.float64)
+    targets = rng.integers(0, exp.V, size=x.shape[:2])
+    y0 = stack.forward(x)
+    _, dlogits = exp.softmax_cross_entropy(head.forward(y0), targets)
+    stack.backward(head.backward(dlogits))
+    mats = exp.weight_matrices(stack)
+    w0, g = [p.data.copy() for p in mats], [p.grad.copy() for p in mats]
+    eps = 1e-3 / max(float(np.sqrt(sum(np.sum(a**2) for a in g))), 1e-300)
+
+    def f_at(t: float) -> np.ndarray:
+        for p, w, d in zip(mats, w0, g, strict=True):
+            p.data = w - t * d
+        return models.stack_output(stack, x)
+
+    jvp = (f_at(eps) - f_at(-eps)) / (2 * eps)  # dF/dt along -grad, B,T,C
+    return exp.LR_SGD * float(np.sqrt(np.mean(np.sum(jvp**2, axis=-1))))
+
+
+def test_post_ln_update_growth_against_an_independent_linearisation():
+    # the judged update of U1/U2 recomputed without the optimizer or the step: a central
+    # difference of the forward pass along the gradient (truncation ~eps^2, below 1e-6
+    # relative) against the experiment's one SGD step (second-order term ~ the update
+    # relative to ||F||, below 1%): 2% relative. Then the claim itself on the independent
+    # numbers: Post-LN's slope > 0.3, DeepNorm's < 0.15, and the experiment's per-replicate
+    # slope equals the independent one to 0.02
+    depths = (2, 4, 8, 16)
+    for placement in ("post", "deepnorm"):
+        ours = np.array([exp.update_sizes(placement, n, 7, 2)["sgd"] for n in depths])
+        theirs = np.array([_linearised_update(placement, n, 7, 2) for n in depths])
+        np.testing.assert_allclose(ours, theirs, rtol=0.02)
+        slope = float(np.polyfit(np.log(depths), np.log(theirs), 1)[0])
+        assert exp._slopes(depths, ours[None, :])[0] == pytest.approx(slope, abs=0.02)
+        if placement == "post":
+            assert slope > exp.POST_UPDATE_MIN_SLOPE, slope
+        else:
+            assert slope < exp.DEEPNORM_UPDATE_MAX_SLOPE, slope

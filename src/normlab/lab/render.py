@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from normlab.lab._markdown import to_html
+from normlab.lab.replicates import Interval
 from normlab.lab.runner import Outcome
 from normlab.lab.tables import escape_cell, markdown_table
 
@@ -28,6 +29,7 @@ __all__ = [
     "cli_flags",
     "experiment_markdown",
     "html_document",
+    "interval_cell",
     "markdown_document",
     "verdict_summary",
 ]
@@ -116,6 +118,24 @@ def _error_block(outcome: Outcome) -> list[str]:
     ]
 
 
+def interval_cell(interval: Interval | None) -> str:
+    """The effect, its interval, the replicates and what each one is, for a check's row.
+
+    "exact check" for a check without replicates (a mechanism checked exactly).
+
+    Examples
+    --------
+    >>> from normlab.lab.replicates import t_interval
+    >>> interval_cell(t_interval([1.0, 2.0, 3.0], "final loss of one seed"))
+    '2 [-0.484, 4.48], n = 3 (mean of: final loss of one seed; t interval)'
+    """
+    if interval is None:
+        return "exact check"
+    kind = "mean" if interval.method == "t" else "median"
+    return (f"{interval.text()} ({kind} of: {interval.averaged}; "
+            f"{'t' if interval.method == 't' else 'order-statistic'} interval)")
+
+
 def _detects_block(outcome: Outcome) -> list[str]:
     if not outcome.detects:
         return ["Known to detect: no fault-injection test yet.", ""]
@@ -148,8 +168,10 @@ def experiment_markdown(index: int, outcome: Outcome, size: object = None) -> st
     if result.summary:
         lines += [result.summary.strip(), ""]
     if result.checks:
-        header = ["paper", "claim", "measured here", "criterion", "result"]
-        rows = [[c.source, c.claim, c.measured, c.criterion, c.verdict] for c in result.checks]
+        header = ["paper", "claim", "measured here", "criterion", "effect [95% interval]",
+                  "result"]
+        rows = [[c.source, c.claim, c.measured, c.criterion, interval_cell(c.interval),
+                 c.verdict] for c in result.checks]
         lines += [markdown_table(header, rows), ""]
     else:
         lines += ["**FAIL**: the experiment reported no check.", ""]
@@ -218,12 +240,17 @@ def _header(outcomes: Sequence[Outcome], meta: Mapping[str, object]) -> str:
         "Each paper's claim beside the value measured here, with PASS/FAIL (NOT REPRODUCED: "
         "the lab works, the claim measurably does not hold in this setting; INCONCLUSIVE: "
         "the measured effect is below what this run can resolve). "
-        "Everything below was computed on this machine from embedded data; seeds are fixed.",
+        "Everything below was computed on this machine from embedded data; seeds are fixed. "
+        "A claim that depends on random draws is measured over independent replicates (seeds "
+        "derived from the report's seed) and decided from its 95% interval: PASS when the "
+        "interval clears the criterion, NOT REPRODUCED when it excludes it, INCONCLUSIVE "
+        "when it straddles it.",
         "",
         f"- settings: size `{meta['size']}`, seed `{meta['seed']}`",
         f"- reproduce: `normlab report{cli_flags(meta['size'], meta['seed'])}`",
         f"- versions: {meta['versions_text']}",
-        f"- generated: {meta['generated']} (total {meta['total_s']:.1f} s)",
+        f"- generated: {meta['generated']} (total {meta['total_s']:.1f} s wall"
+        + (f", {meta['cpu_s']:.1f} s CPU" if meta.get("cpu_s") is not None else "") + ")",
         f"- result: **{verdict_summary(outcomes)}**",
         "",
     ]

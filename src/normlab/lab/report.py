@@ -240,6 +240,7 @@ def _write_files(
         "versions_text": ", ".join(f"{k} {v}" for k, v in found.items()),
         "generated": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "total_s": total_s,
+        "cpu_s": cpu_s,
     }
     md_path, html_path, json_path = out / "report.md", out / "report.html", out / "metrics.json"
     md_path.write_text(markdown_document(outcomes, figures, meta), encoding="utf-8")

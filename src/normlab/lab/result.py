@@ -13,13 +13,21 @@ Contract for every experiment module in [normlab.lab.experiments][]:
 * `run(settings: Settings, progress: Progress) -> ExperimentResult`;
 * deterministic for a given `settings.seed` (all randomness from
   `numpy.random.default_rng(settings.seed)` or generators derived from it);
-* budget: about 5 s at `size="quick"`, 30 s at `"default"` on 2 cores; `"full"` may be larger.
+* a claim of a paper that depends on random draws is measured over replicates and decided
+  from its interval by [normlab.lab.replicates.decide][] (`judged` builds the check); only
+  exact checks of a mechanism are plain pass/fail;
+* budget: the whole report within 90 s at `size="quick"` and 6 minutes at `"default"` on
+  2 cores (most experiments take seconds, the trained ones up to a minute or two);
+  `"full"` may be larger.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+if TYPE_CHECKING:  # replicates imports Verdict from here
+    from normlab.lab.replicates import Interval
 
 __all__ = [
     "Check",
@@ -52,7 +60,8 @@ class Settings:
     Attributes
     ----------
     size : {"quick", "default", "full"}
-        `"quick"` (about 5 s an experiment), `"default"` (about 30 s) or `"full"` (larger).
+        `"quick"` (a smoke run: the whole report within 90 s on 2 cores), `"default"` (within
+        6 minutes; decides the claims) or `"full"` (more replicates).
     seed : int
         The seed of all the experiment's randomness.
     """
@@ -111,6 +120,10 @@ class Check:
         measurably does not show; an honest result with its numbers, not a defect of the
         code) or `"INCONCLUSIVE"` (the measured effect is below what this run can resolve;
         the criterion states the smallest effect the run could have detected).
+    interval : Interval or None
+        For a claim decided from replicates: the effect, its 95% interval, the number of
+        replicates and what each replicate's number is
+        ([normlab.lab.replicates.Interval][]); None for an exact check of a mechanism.
     """
 
     source: str
@@ -120,6 +133,7 @@ class Check:
     passed: bool
     values: dict[str, Any] = field(default_factory=dict)
     if_false: Verdict = "FAIL"
+    interval: Interval | None = None
 
     @property
     def verdict(self) -> Verdict:

@@ -16,17 +16,18 @@ CHECKED: dict[str, str] = {
     "[1 + l/2, 1 + 3l/2]; last-FFN gradient vs depth: Post-LN flat, Pre-LN ~ `L^-1/2`",
     "training_stability": "character LM on shipped text with the paper's initialisation "
     "(Xavier weights, zero biases, token embeddings N(0, 1/d) times sqrt(d), tied head), "
-    "AdamW 0.9/0.98, lr sweep: Pre-LN trains without warmup (the mechanism check); Post-LN "
-    "without warmup stalls at large learning rates; warmup rescues it; \"Pre-LN without "
-    "warmup is comparable to Post-LN with warmup\"",
+    "AdamW 0.9/0.98, 8 replicates at lr 0.02: Pre-LN trains without warmup (the mechanism "
+    "check); Post-LN without warmup falls behind; warmup rescues it; \"Pre-LN without "
+    "warmup is comparable to Post-LN with warmup\" (at its own lr 0.01), each on the 95% "
+    "interval of the paired differences",
     "update_stall": "bf16 round-to-nearest stalls; master weights, Kahan and stochastic "
     "rounding: stored last-step weights within 2x the storage floor; swamping ratios fp16 "
     "2048x, bf16 256x",
     "loss_scaling": "dense regression with the loss a mean over `2^17` outputs (`2^20` with "
-    "`--full`), He init, full-batch Adam: histogram of fp32 gradients vs fp16's range; the "
-    "dynamic scaler keeps them in range; unscaled fp16 falls behind (INCONCLUSIVE unless its "
-    "own loss sits in outputs whose gradients fp16 flushes); scaled fp16 matches fp32; "
-    "per-layer weight-gradient error at S = 1",
+    "`--full`) and an output multiplier 1/4, He init, full-batch Adam lr 0.01, 8 "
+    "replicates: histogram of fp32 gradients vs fp16's range; the dynamic scaler keeps them "
+    "in range; unscaled fp16 falls behind (>= 10%); scaled fp16 matches fp32 (within 10%), "
+    "each on the interval of the log loss ratio; per-layer weight-gradient error at S = 1",
     "invariance": "invariance under weight/data rescale and recentre, exactly in float64",
     "stats_precision": "float32 rows `randn + 2000`, width 4096: naive E[x²]-E[x]² vs the "
     "corrected two-pass reference and kernel, against float64",
@@ -40,15 +41,17 @@ CHECKED: dict[str, str] = {
     "layers, the paper's initialisation, 10 seeds: Post-LN grows toward the top, Pre-LN "
     "flat; Post-LN leans further to the top than Pre-LN (the mechanism check)",
     "norm_speed": "RMSNorm vs LayerNorm forward+backward time, references and kernels, "
-    "timed in alternation on this CPU; a sign test and an order-statistic interval of the "
-    "median ratio (a busy machine gives INCONCLUSIVE, not NOT REPRODUCED)",
+    "timed in alternation on this CPU; the order-statistic interval of the median ratio "
+    "decides (a busy machine gives INCONCLUSIVE, not NOT REPRODUCED); the paper's 7%-64% "
+    "shown, not judged",
     "residual_depth": "model update of one SGD step (lr 1e-5) on the weight matrices vs "
     "depth 6-48, as DeepNet's theorem has it (one AdamW step on every parameter shown "
-    "beside it); output change under perturbation over 3 stacks: Post-LN O(N), Pre-LN and "
-    "Admin O(log N); Pre-LN's change not O(N) (the mechanism check)",
+    "beside it), 6 replicates; output change under perturbation over 8 stacks: Post-LN's "
+    "grows faster than Pre-LN's, Pre-LN and Admin O(log N); Pre-LN's change not O(N) (the "
+    "mechanism check)",
     "lowp_training": "char-LM training with FP8 delayed / current, MXFP8, NVFP4 vs bf16 "
-    "with fp32 masters, 3 seeds; NVFP4 ablations judged against the smallest effect the "
-    "seeds resolve; mechanism checks: stochastic rounding unbiased, Hadamard spreads an "
+    "with fp32 masters, 3 seeds; each claim on the 95% interval of the paired loss "
+    "differences; mechanism checks: stochastic rounding unbiased, Hadamard spreads an "
     "outlier, 16x16 tiles give the same forward and dgrad weights",
 }
 """Experiment name to its "what is checked" cell (Markdown, one line)."""

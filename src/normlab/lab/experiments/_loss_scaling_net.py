@@ -24,9 +24,15 @@ HIDDEN_LAYERS = 2
 
 
 class DenseNet:
-    """A ReLU MLP with a wide linear head and an optional fp16 rounding after every op."""
+    """A ReLU MLP with a wide linear head, a fixed output multiplier and an optional fp16
+    rounding after every op.
 
-    def __init__(self, k: int, rng: np.random.Generator) -> None:
+    The output is `output_scale * head(h)`: a fixed multiplier (a power of two, so exact in
+    fp16), not a parameter; the backward multiplies the loss gradient by it again.
+    """
+
+    def __init__(self, k: int, rng: np.random.Generator, output_scale: float = 1.0) -> None:
+        self.output_scale = np.float32(output_scale)
         self.layers: list[Any] = []
         fan_in = FEATURES
         for _ in range(HIDDEN_LAYERS):  # He: N(0, 2 / fan_in); "normal" gives zero biases
@@ -43,7 +49,7 @@ class DenseNet:
         h = x
         for lay in self.layers:
             h = lay.forward(h)
-        return h
+        return self.output_scale * h
 
     def loss_and_grads(self, x: np.ndarray, y: np.ndarray, scale: float, fp16: bool,
                        keep: list[np.ndarray] | None = None) -> float:
@@ -58,10 +64,12 @@ class DenseNet:
         h = rnd(x)  # B,F
         for lay in self.layers:
             h = rnd(lay.forward(h))
+        h = rnd(self.output_scale * h)  # B,K
         err = h.astype(np.float64) - y  # B,K
         with np.errstate(over="ignore", invalid="ignore"):  # overflow is what S may cause
             d = rnd(np.float32(scale) * (err / err.size).astype(np.float32))  # B,K
             signals = [d]
+            d = rnd(self.output_scale * d)  # through the multiplier
             for lay in reversed(self.layers):
                 d = rnd(np.asarray(lay.backward(d), dtype=np.float32))
                 signals.append(d)

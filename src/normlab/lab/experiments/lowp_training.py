@@ -16,19 +16,18 @@ attention products stay float32. The baseline rounds every Linear operand to bf1
 fp32 masters). Each seed fixes the initial weights and the batches, identical across
 recipes, so differences are paired. Criteria (fixed before the first run, never tuned):
 
-* "matches": |mean over seeds of (recipe - bf16) validation loss| <= max(0.02 nats, 2 x the
-  standard deviation of the bf16 loss over seeds);
+* "matches": the mean over seeds of (recipe - bf16) validation loss lies within +-max(0.02
+  nats, 2 x the standard deviation of the bf16 loss over seeds);
 * NVFP4 "stays close": mean paired gap to bf16 <= 3% of the bf16 loss (NVIDIA report a gap
   of about 1-1.5% at 12B parameters; 3% allows for a model this small);
-* an ablation "costs loss": mean paired increase over full NVFP4 > 0 by more than the
-  smallest detectable effect.
+* an ablation "costs loss": mean paired increase over full NVFP4 > 0.
 
-What the seeds can resolve: the smallest detectable effect (SDE) is 2 standard errors of
-the paired differences over the seeds (`_resolution`;
-one seed resolves nothing). A claim that misses its criterion is NOT REPRODUCED, with the
-numbers, when the miss is larger than the SDE, and INCONCLUSIVE below it: a paired
-difference smaller than the SDE is not evidence either way (three seeds of this model
-resolve about 0.05 nats, more than the losses the NVIDIA ablations report at scale).
+What the seeds can resolve: each claim is decided on the 95% t interval of the paired
+differences over the seeds ([normlab.lab.replicates][]; one seed resolves nothing): PASS
+when the interval lies inside the criterion, NOT REPRODUCED when it lies outside, and
+INCONCLUSIVE when it straddles a limit, with the interval's half-width as the smallest
+detectable effect (three seeds of this model resolve about 0.05-0.1 nats, more than the
+losses the NVIDIA ablations report at scale).
 
 Mechanism checks, which FAIL when broken
 (`_lowp_mechanisms`): every run ends at least
@@ -47,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from normlab.lab.experiments._lowp_mechanisms import mechanism_checks
-from normlab.lab.experiments._resolution import SDE_FACTOR, miss_verdict, paired_se
+from normlab.lab.replicates import Criterion, Interval, judged, t_interval
 from normlab.lab.result import (
     Check,
     ExperimentResult,
@@ -195,27 +194,21 @@ def _train(name: str, corpus: Any, sz: dict[str, int], seed: int, device: str,
     return {"train": curve, "valid": float(valid)}
 
 
-def _word(c: Check) -> str:
-    return "" if c.passed else f"{c.if_false}: "
+def _gap(key: str, ref: str, v: dict[str, np.ndarray]) -> Interval:
+    """The t interval of the paired validation-loss differences `key - ref` over the seeds."""
+    return t_interval(v[key] - v[ref], f"validation loss of {key} minus {ref}, one seed "
+                      "(the same initial weights and batches for both)")
 
 
 def _matches(source: str, label: str, key: str, v: dict[str, np.ndarray]) -> Check:
-    diff = v[key] - v["bf16"]
     tol = max(_MATCH_FLOOR, _MATCH_SDS * float(np.std(v["bf16"], ddof=1))
               if v["bf16"].size > 1 else _MATCH_FLOOR)
-    gap, se = float(diff.mean()), paired_se(diff)
-    c = Check(
-        source=source, claim=f"{label} training matches the 16-bit baseline's loss within "
-        "run-to-run variation.",
-        criterion=f"|mean paired gap to bf16| <= max({_MATCH_FLOOR}, {_MATCH_SDS:g} sd of "
-        f"bf16 over seeds) = {tol:.4f} nats; a miss within the SDE ({SDE_FACTOR:g} se of the "
-        "paired gaps) is INCONCLUSIVE",
-        measured=f"gap {gap:+.4f} nats, SDE {SDE_FACTOR * se:.4f} ({key} {_fmt(v[key])} vs "
-        f"bf16 {_fmt(v['bf16'])})",
-        passed=abs(gap) <= tol, values={"gap": gap, "tolerance": tol, "se": se},
-        if_false=miss_verdict([(abs(gap), tol, se)]))
-    c.measured = _word(c) + c.measured
-    return c
+    return judged(source, f"{label} training matches the 16-bit baseline's loss within "
+                  f"run-to-run variation (tolerance max({_MATCH_FLOOR}, {_MATCH_SDS:g} sd of "
+                  "bf16 over seeds)).", Criterion(low=-tol, high=tol), _gap(key, "bf16", v),
+                  name="gap to bf16 (nats)", fmt=".4f",
+                  measured=f"{key} {_fmt(v[key])} vs bf16 {_fmt(v['bf16'])}",
+                  values={"tolerance": tol})
 
 
 def _checks(v: dict[str, np.ndarray], entropy: float) -> list[Check]:
@@ -226,41 +219,21 @@ def _checks(v: dict[str, np.ndarray], entropy: float) -> list[Check]:
         ("Rouhani et al. 2023, section 6", "MXFP8", "mxfp8")) if key in v]
     if "nvfp4" not in v:
         return checks
-    diff = v["nvfp4"] - v["bf16"]
-    gap, se = float(diff.mean()), paired_se(diff)
     limit = _CLOSE_FRACTION * float(v["bf16"].mean())
-    close = Check(
-        source="NVIDIA 2025, section 4", claim="NVFP4 with its full recipe stays close to "
-        "the higher-precision baseline.",
-        criterion=f"mean paired gap to bf16 <= {_CLOSE_FRACTION:.0%} of the bf16 loss "
-        f"= {limit:.4f} nats; a miss within the SDE is INCONCLUSIVE",
-        measured=f"gap {gap:+.4f} nats, SDE {SDE_FACTOR * se:.4f} (nvfp4 {_fmt(v['nvfp4'])})",
-        passed=gap <= limit, values={"gap": gap, "se": se},
-        if_false=miss_verdict([(gap, limit, se)]))
-    close.measured = _word(close) + close.measured
-    checks.append(close)
+    checks.append(judged(
+        "NVIDIA 2025, section 4", f"NVFP4 with its full recipe stays close to the "
+        f"higher-precision baseline (within {_CLOSE_FRACTION:.0%} of the bf16 loss).",
+        Criterion(high=limit), _gap("nvfp4", "bf16", v), name="gap to bf16 (nats)",
+        fmt=".4f", measured=f"nvfp4 {_fmt(v['nvfp4'])}"))
     for key, what in (("nvfp4_no_sr", "stochastic rounding of gradients"),
                       ("nvfp4_no_rht", "the random Hadamard transform"),
                       ("nvfp4_no_2d", "2-D (16x16) weight blocks")):
         if key in v:
-            checks.append(_ablation(key, what, v))
+            checks.append(judged("NVIDIA 2025, section 5", f"Removing {what} from NVFP4 "
+                                 "costs loss.", Criterion(low=0.0), _gap(key, "nvfp4", v),
+                                 name="increase over full NVFP4 (nats)", fmt=".4f",
+                                 measured=f"{key} {_fmt(v[key])}"))
     return checks
-
-
-def _ablation(key: str, what: str, v: dict[str, np.ndarray]) -> Check:
-    d = v[key] - v["nvfp4"]
-    mean, se = float(d.mean()), paired_se(d)
-    sde = SDE_FACTOR * se
-    c = Check(
-        source="NVIDIA 2025, section 5", claim=f"Removing {what} from NVFP4 costs loss.",
-        criterion=f"mean paired increase over full NVFP4 > SDE = {SDE_FACTOR:g} standard "
-        "errors of the paired differences (INCONCLUSIVE within +-SDE; one seed: SDE = inf)",
-        measured=f"increase {mean:+.4f} nats, smallest detectable {sde:.4f} "
-        f"({key} {_fmt(v[key])})", passed=mean > sde,
-        values={"increase": d.tolist(), "se": se, "smallest_detectable": sde},
-        if_false="NOT REPRODUCED" if mean < -sde else "INCONCLUSIVE")
-    c.measured = _word(c) + c.measured
-    return c
 
 
 def _fmt(a: np.ndarray) -> str:
@@ -290,8 +263,9 @@ def run(settings: Settings, progress: Progress, *, device: str | None = None) ->
     """Train every configuration of `CONFIGS` over several seeds; judge the claims."""
     try:
         torch = importlib.import_module("torch")
+        importlib.import_module("normlab.torch")  # raises for a torch older than it supports
     except ImportError as exc:
-        raise ExperimentSkipped(f"lowp_training needs PyTorch: {TORCH_HINT}") from exc
+        raise ExperimentSkipped(f"lowp_training needs PyTorch: {TORCH_HINT} ({exc})") from exc
     dev = device or default_device()
     sz, corpus = _sizes(settings, dev), load_corpus()
     # disjoint per seed; mod 2**64 keeps every --seed a valid torch seed
@@ -305,12 +279,12 @@ def run(settings: Settings, progress: Progress, *, device: str | None = None) ->
     finally:
         torch.set_num_threads(threads)
     v = {key: np.array([r["valid"] for r in rs]) for key, rs in runs.items()}
-    sde = {f"{k} - {ref}": SDE_FACTOR * paired_se(v[k] - v[ref]) for k in v
+    sde = {f"{k} - {ref}": _gap(k, ref, v).half_width for k in v
            for ref in (("nvfp4",) if k.startswith("nvfp4_") else ("bf16",)) if k != ref}
     finite = [x for x in sde.values() if np.isfinite(x)]
     resolves = (f"the paired differences over {len(seeds)} seeds resolve effects above "
-                f"{min(finite):.3f}-{max(finite):.3f} nats (SDE, {SDE_FACTOR:g} se)"
-                if finite else "one seed resolves no paired difference (SDE infinite)")
+                f"{min(finite):.3f}-{max(finite):.3f} nats (half-width of the 95% t interval)"
+                if finite else "one seed resolves no paired difference (interval infinite)")
     p = np.bincount(corpus.split()[0]) / corpus.split()[0].size
     entropy = float(-(p[p > 0] * np.log(p[p > 0])).sum())  # nats: letter frequencies only
     rows = ["| recipe | validation loss per seed | mean gap to bf16 |", "|---|---|---|"]

@@ -13,31 +13,33 @@ runs LN, RMS, RMS, LN back to back after a warm-up call (both orders, so that th
 left by the first call of a pair favours neither); the measured value is the per-repeat
 ratio t_LN / t_RMS (each the sum over both orders). Timed in alternation, the two norms
 share whatever else the machine runs: a steady load slows both alike and leaves the ratio
-alone, a burst lands on one call and makes that repeat an outlier. The verdicts therefore
-use statistics that outliers cannot move far (a sign test, an order-statistic interval for
-the median), and a run too noisy to decide is INCONCLUSIVE, not NOT REPRODUCED: what the
-machine runs beside the lab can widen the interval but not flip the verdict. Correctness
-first: every output, input gradient and parameter gradient is compared with a float64
-evaluation of the formulas.
+alone, a burst lands on one call and makes that repeat an outlier. The verdict therefore
+uses a statistic that outliers cannot move far (the order-statistic interval of the
+median ratio, [normlab.lab.replicates.median_interval][]), and a run too noisy to decide
+is INCONCLUSIVE, not NOT REPRODUCED: what the machine runs beside the lab can widen the
+interval but not flip the verdict. Correctness first: every output, input gradient and
+parameter gradient is compared with a float64 evaluation of the formulas.
 
 Criteria (fixed before the first run), per backend, over n repeats:
 
 * correctness: max |error| / max |reference| <= CORRECT_TOL (1e-5: float32 rounding of
   rows of a thousand elements is a few 1e-7), for every output and gradient (FAIL);
-* R1 RMSNorm is faster: k of the n ratios exceed 1; PASS when a sign test rejects "no
-  difference" in RMSNorm's favour at one-sided level ALPHA (2.5%), NOT REPRODUCED when it
-  does in LayerNorm's, INCONCLUSIVE otherwise;
-* R2 inside the paper's range: time reduction 1 - t_RMS / t_LN in [7%, 64%], i.e. ratio
-  in [1 / 0.93, 1 / 0.36] = [1.075, 2.78]: PASS when the distribution-free interval of the
-  median ratio (order statistics, coverage >= 95%) lies inside, NOT REPRODUCED when it lies
-  outside, INCONCLUSIVE when it straddles an end.
+* R1 RMSNorm is faster: the distribution-free 95% interval of the median ratio over the n
+  repeats ([normlab.lab.replicates.median_interval][]) lies above 1: PASS; below 1: NOT
+  REPRODUCED; straddling 1: INCONCLUSIVE (the shared rule, [normlab.lab.replicates.decide][]).
+  The quick size (15 repeats of calls under a millisecond) does not decide: below
+  DECIDES_FROM = 21 repeats the claim is INCONCLUSIVE with its interval.
+* The paper's range, a time reduction 1 - t_RMS / t_LN of 7% to 64%, is shown per backend
+  with its interval, not judged: it is the running time of whole models on GPUs, and the
+  norm alone on a CPU is a different quantity. Judged (until this version), it flipped with
+  the machine's load: the fused kernels' ratio is about 1.05-1.2, at the 7% limit (1.075),
+  and was PASS at 3 of 10 default seeds, INCONCLUSIVE at the other 7.
 
 Shapes: R rows, W width.
 """
 
 from __future__ import annotations
 
-import math
 import statistics
 import time
 from collections.abc import Callable
@@ -49,7 +51,8 @@ from normlab import layer_norm_backward, layer_norm_forward, rms_norm_backward, 
 from normlab._backend import kernel, use_backend
 from normlab.lab.experiments._notes import not_reproduced
 from normlab.lab.plotting import new_figure
-from normlab.lab.result import Check, ExperimentResult, Progress, Settings, Verdict
+from normlab.lab.replicates import Criterion, judged, median_interval
+from normlab.lab.result import Check, ExperimentResult, Progress, Settings
 from normlab.lab.training import single_threaded
 
 __all__ = ["DETECTS", "NAME", "TITLE", "correctness_errors", "run", "time_ratio"]
@@ -66,13 +69,14 @@ CORRECT_TOL = 1e-5
 against the float64 evaluation."""
 REDUCTION = (0.07, 0.64)  # the paper's range of running-time reductions
 """The paper's range of running-time reductions `1 - t_RMS / t_LN` (R2): 7% to 64%."""
+DECIDES_FROM = 21
+"""Repeats needed to decide the speed claim: the quick size times calls of under a
+millisecond 15 times, and another process's burst decided its verdict (PASS at one seed,
+INCONCLUSIVE at the next), so there it reports INCONCLUSIVE."""
 EPS_LN = 1e-5
 """LayerNorm's eps in the timed calls."""
 EPS_RMS = 1e-8
 """RMSNorm's eps in the timed calls."""
-ALPHA = 0.025  # one-sided level of the sign test; the median interval covers >= 1 - 2 ALPHA
-"""The one-sided level of R1's sign test (2.5%); R2's median interval covers at least
-`1 - 2 ALPHA`."""
 
 
 def _inputs(rows: int, width: int, seed: int) -> tuple[np.ndarray, ...]:
@@ -145,66 +149,23 @@ def time_ratio(backend: str, arrays: tuple[np.ndarray, ...], repeats: int) -> di
             "ratio": statistics.median(ratios), "ratios": ratios}  # fmt: skip
 
 
-def _tail(n: int, k: int) -> float:
-    """P(K >= k) for K ~ Binomial(n, 1/2)."""
-    return sum(math.comb(n, i) for i in range(k, n + 1)) / 2**n
-
-
-def sign_test(ratios: list[float]) -> tuple[int, Verdict]:
-    """(k = number of ratios > 1, verdict of R1): the one-sided sign test at ALPHA.
-
-    >>> sign_test([1.2] * 9 + [0.9]), sign_test([1.1, 0.9] * 5)
-    ((9, 'PASS'), (5, 'INCONCLUSIVE'))
-    """
-    n, k = len(ratios), sum(r > 1.0 for r in ratios)
-    if _tail(n, k) < ALPHA:
-        return k, "PASS"
-    return k, "NOT REPRODUCED" if _tail(n, n - k) < ALPHA else "INCONCLUSIVE"
-
-
-def median_interval(ratios: list[float]) -> tuple[float, float]:
-    """Distribution-free interval [r_(j), r_(n+1-j)] of the median with coverage >= 95%.
-
-    The largest j with P(K < j) <= ALPHA for K ~ Binomial(n, 1/2) (at least 1).
-
-    >>> median_interval([float(i) for i in range(1, 12)])
-    (2.0, 10.0)
-    """
-    r, n = sorted(ratios), len(ratios)
-    j = 1
-    while j + 1 <= n // 2 and 1.0 - _tail(n, j + 1) <= ALPHA:
-        j += 1
-    return r[j - 1], r[n - j]
-
-
 def _checks(backend: str, err: dict[str, float], tm: dict[str, Any]) -> list[Check]:
     src = "Zhang & Sennrich 2019, abstract"
-    lo, hi = 1 / (1 - REDUCTION[0]), 1 / (1 - REDUCTION[1])
-    r, cut, n = tm["ratio"], 1 - 1 / tm["ratio"], len(tm["ratios"])
-    k, r1 = sign_test(tm["ratios"])
-    a, b = median_interval(tm["ratios"])
-    r2: Verdict = "PASS" if lo <= a and b <= hi else (
-        "NOT REPRODUCED" if b < lo or a > hi else "INCONCLUSIVE")
     worst = max(err.values())
+    n = len(tm["ratios"])
     return [
         Check("correctness before timing", f"{backend}: both norms compute their formulas",
               f"max |error| / max |float64 reference| <= {CORRECT_TOL:g}, outputs and gradients",
               f"LayerNorm {err['ln']:.2g}, RMSNorm {err['rms']:.2g}", worst <= CORRECT_TOL,
               dict(err)),
-        Check(src, f"{backend}: RMSNorm is faster than LayerNorm",
-              f"t_LN / t_RMS > 1 in k of n = {n} alternating repeats; sign test at one-sided "
-              f"{100 * ALPHA:g}% (INCONCLUSIVE when it decides neither way)",
-              f"k = {k} of {n}; median ratio {r:.3f} (LN {tm['ln_s'] * 1e3:.2f} ms, RMS "
-              f"{tm['rms_s'] * 1e3:.2f} ms)", r1 == "PASS",
-              {**tm, "k": k},
-              if_false="INCONCLUSIVE" if r1 == "PASS" else r1),
-        Check(src, f"{backend}: the running time falls by 7% to 64% (whole models, GPUs)",
-              f"1 - t_RMS / t_LN in [7%, 64%]: the 95% interval of the median ratio inside "
-              f"[{lo:.3f}, {hi:.2f}] (INCONCLUSIVE when it straddles an end)",
-              f"{100 * cut:.1f}% (median ratio {r:.3f}, interval [{a:.3f}, {b:.3f}])",
-              r2 == "PASS", {"reduction": cut, "interval": [a, b]},
-              if_false="INCONCLUSIVE" if r2 == "PASS" else r2),
-    ]  # fmt: skip
+        judged(src, f"{backend}: RMSNorm is faster than LayerNorm", Criterion(low=1.0),
+               median_interval(tm["ratios"], "t_LN / t_RMS of one repeat (LN, RMS, RMS, LN "
+                               "back to back, each norm's two calls summed)"),
+               decides=n >= DECIDES_FROM,
+               name="t_LN / t_RMS", measured=f"{n} alternating repeats; medians LN "
+               f"{tm['ln_s'] * 1e3:.2f} ms, RMS {tm['rms_s'] * 1e3:.2f} ms",
+               values={**tm}),
+    ]
 
 
 def _figure(times: dict[str, dict[str, Any]], rows: int, width: int) -> dict:
@@ -236,11 +197,18 @@ def run(settings: Settings, progress: Progress) -> ExperimentResult:
             times[backend] = time_ratio(backend, arrays, repeats)
             checks += _checks(backend, err, times[backend])
             progress.advance()
-    table = ["| backend | LayerNorm ms | RMSNorm ms | t_LN / t_RMS | time reduction |",
-             "|---|---|---|---|---|"]  # fmt: skip
+    table = ["| backend | LayerNorm ms | RMSNorm ms | t_LN / t_RMS | time reduction "
+             "1 - t_RMS / t_LN [95% interval] | the paper's 7%-64% |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
     for b, tm in times.items():
+        iv = median_interval(tm["ratios"], "t_LN / t_RMS of one repeat")
+        cut = [100 * (1 - 1 / r) for r in (iv.estimate, iv.low, iv.high)]
+        where = ("inside" if REDUCTION[0] <= cut[1] / 100 and cut[2] / 100 <= REDUCTION[1]
+                 else "outside" if cut[2] / 100 < REDUCTION[0] or cut[1] / 100 > REDUCTION[1]
+                 else "straddles a limit")
         table.append(f"| {b} | {tm['ln_s'] * 1e3:.2f} | {tm['rms_s'] * 1e3:.2f} | "
-                     f"{tm['ratio']:.3f} | {100 * (1 - 1 / tm['ratio']):.1f}% |")  # fmt: skip
+                     f"{tm['ratio']:.3f} | {cut[0]:.1f}% [{cut[1]:.1f}%, {cut[2]:.1f}%] | "
+                     f"{where} (shown, not judged) |")  # fmt: skip
     return ExperimentResult(
         name=NAME,
         title=TITLE,
