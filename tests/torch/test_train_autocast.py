@@ -27,7 +27,7 @@ from normlab.torch import QuantConv1D, QuantLinear  # noqa: E402
 from normlab.torch.recipes import Fp8DelayedRecipe  # noqa: E402
 
 RECIPES = {**diff.RECIPES, "delayed": Fp8DelayedRecipe(amax_history_len=4, reduce_amax=False)}
-COMPILED = ["bf16", "current", "delayed", "mx_e4m3_e5m2", "nvfp4", "blockwise_32"]
+COMPILED = ["bf16", "current", "delayed", "mx_e4m3_e5m2", "nvfp4", "blockwise", "rowwise"]
 
 
 def _pair(name: str, cls: type = QuantLinear) -> tuple[torch.nn.Module, torch.nn.Module]:

@@ -170,6 +170,10 @@ def test_empty_batch_forward_and_backward(name: str, shape: tuple[int, ...]) -> 
         if "scale" in old and name == "current":
             want = quantize_current_scaling(layer.weight.detach(), "e4m3").scale
             assert new["scale"].tolist() == [1.0, float(want), 1.0]
+        elif "scale" in old and name == "rowwise_gw_hp":  # only W's dgrad scale (per tensor)
+            want = quantize_current_scaling(layer.weight.detach(), "e4m3", amax_epsilon=1e-12,
+                                            power_of_2_scales=True).scale
+            assert new["scale"].tolist() == [1.0, float(want), 1.0]
         elif "scale" in old:
             assert torch.equal(old["scale"], new["scale"])
     model.eval()

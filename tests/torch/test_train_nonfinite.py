@@ -5,7 +5,8 @@ independently of the code: a per-tensor or per-block scale computed from an inf 
 back (FP8 current and delayed scaling: scale 1; blockwise FP8 and NVFP4: the block's scale
 from the amax), and the saturating cast clips inf to the format's largest value, so the
 output row stays finite (Transformer Engine's behaviour); MX's shared exponent of an inf
-block is the NaN code (the block becomes NaN) and Bf16 keeps the inf, so the row is
+block is the NaN code (the block becomes NaN), FP8 rowwise's scale of an inf row is
+448 / inf = 0 (torchao: the row dequantises to NaN) and Bf16 keeps the inf, so the row is
 non-finite, as in `torch.nn.Linear`. A NaN stays NaN in every recipe. The count
 `nonfinite_operands` (x, W, dy) must see all of them, and restart at each step.
 """
@@ -19,12 +20,12 @@ torch = pytest.importorskip("torch")
 import recipe_differential as diff  # noqa: E402
 
 from normlab.torch import QuantLinear, nonfinite_layers, training_step  # noqa: E402
-from normlab.torch.recipes import Fp8DelayedRecipe, MXRecipe  # noqa: E402
+from normlab.torch.recipes import Fp8DelayedRecipe, Fp8RowwiseRecipe, MXRecipe  # noqa: E402
 
 RECIPES = {**diff.RECIPES, "delayed": Fp8DelayedRecipe(amax_history_len=4, reduce_amax=False)}
 # the rows an inf in x leaves non-finite: MX (NaN block) and the 16-bit rounding (inf kept)
-NONFINITE_ROW = {name for name, r in RECIPES.items() if isinstance(r, MXRecipe)} | {"bf16",
-                                                                                     "fp16"}
+NONFINITE_ROW = {name for name, r in RECIPES.items()
+                 if isinstance(r, (MXRecipe, Fp8RowwiseRecipe))} | {"bf16", "fp16"}
 
 
 def _model(name: str) -> torch.nn.Sequential:

@@ -125,8 +125,10 @@ def _nvfp4_s_dec(op: GemmOperand) -> torch.Tensor:
     if op.parts is not None:
         return op.parts[2]  # the saved operand's tensor scale
     assert op.source is not None, "an NVFP4 operand needs its source or its parts"
-    src = op.source if op.hadamard is None else opaque.hadamard_rows(op.source, op.hadamard)
-    return nvfp4_tensor_factors(opaque.tensor_amax(src), xp=TORCH)[1]
+    if op.hadamard is not None:  # the transform inside the opaque encode op, as the values'
+        # (outside an op, torch.compile may form the transform's products otherwise)
+        return opaque.encode(op.source, op.quantizer, hadamard=op.hadamard)[2]
+    return nvfp4_tensor_factors(opaque.tensor_amax(op.source), xp=TORCH)[1]
 
 
 @functools.singledispatch
