@@ -207,39 +207,22 @@ class RoundQuantizer(Quantizer):
 
 
 @dataclass(frozen=True)
-class IdentityQuantizer(Quantizer):
+class IdentityQuantizer(RoundQuantizer):
     """No quantisation: the operand as it is (torchao's disabled cast, the weight gradient
     of its `rowwise_with_gw_hp` recipe).
 
     It runs as rounding to the operand's own format (`for_input`), which changes nothing
-    and keeps a 16-bit operand in 2 bytes when it is saved for backward.
+    and keeps a 16-bit operand in 2 bytes when it is saved for backward; by itself it is
+    rounding to float32.
     """
 
     fmt: Format = FLOAT32
 
     family: ClassVar[str] = "identity"
-    saturates: ClassVar[bool] = False
-    has_scales: ClassVar[bool] = False
 
     def for_input(self, fmt: Format | None) -> Quantizer:
         """Rounding to `fmt` (float32 for None): the values as they are."""
         return RoundQuantizer(FLOAT32 if fmt is None else fmt)
-
-    def values(self, w: Any, scale: Any, seed: int | None, xp: ArrayNamespace) -> Any:
-        """This family's `values` (see `Quantizer`): the float32 operand."""
-        return xp.astype(xp.quantize(w, FLOAT32, saturate=False), "float32")
-
-    def quantized(self, w: Any, scale: Any, xp: ArrayNamespace) -> tuple[Any, Any, Any]:
-        """This family's `quantized` (see `Quantizer`)."""
-        return self.values(w, scale, None, xp), None, None
-
-    def dequantized(self, elems: Any, enc: Encoded, xp: ArrayNamespace) -> Any:
-        """This family's `dequantized` (see `Quantizer`)."""
-        return elems
-
-    def encoded(self, elems: Any, scales: Any, tensor_scale: Any) -> Encoded:
-        """This family's `encoded` (see `Quantizer`)."""
-        return Encoded(elems, None, None)
 
 
 @dataclass(frozen=True)
