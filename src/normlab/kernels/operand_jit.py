@@ -156,11 +156,10 @@ def _fake_stochastic(x, sv, fv, d2, m, emin, qbits, maxbits, ovf, flush_bits, in
 @njit(cache=True)
 def _fake_row_nearest(xb, a, k, mul, d1, ba, d2, m, emin, maxbits, ovf, flush_bits,
                       inf_out, nan_keep, nan_out, vrow):
-    """Row `a` of blocks (1, k) rounded to nearest (block by block: no per-element factor
-    rows), block row `ba` of the grids; the ragged tail after the full blocks takes its
-    block's factors. `k` arrives as a run-time int64, not a literal: a literal unrolls
-    the block loop, which multiplied the compile time (seconds per block size) with no
-    step-time gain measured."""
+    """Row `a` of blocks (1, k) rounded to nearest (k a literal at the call: the inner
+    loop has a fixed trip count and vectorises without the per-element factor rows),
+    block row `ba` of the grids; the ragged tail after the full blocks takes its block's
+    factors."""
     B = xb.shape[1]
     sh, low, bias, mn, c = narrow_consts(m, emin)
     one = mul.shape[0] == 1 and mul.shape[1] == 1
@@ -214,14 +213,13 @@ def _fake_blocks_source(K: int, STOCHASTIC: bool) -> Any:
             a0, a1 = g * _GROUP, min(A, (g + 1) * _GROUP)
             for a in range(a0, a1):
                 vrow = tile[a - a0] if flip else vo[a]  # unflipped rows are written in place
-                k = np.int64(K)  # a run-time value: no unrolled copy per block size
                 if K and STOCHASTIC:
-                    _fake_row_stochastic(xb, a, k, mul, d1, a // ra, d2, m, emin, qbits,
+                    _fake_row_stochastic(xb, a, K, mul, d1, a // ra, d2, m, emin, qbits,
                                          maxbits, ovf, flush_bits, inf_out, nan_keep, nan_out,
                                          seed, wa, wb, vrow)
                     continue
                 if K:
-                    _fake_row_nearest(xb, a, k, mul, d1, a // ra, d2, m, emin, maxbits, ovf,
+                    _fake_row_nearest(xb, a, K, mul, d1, a // ra, d2, m, emin, maxbits, ovf,
                                       flush_bits, inf_out, nan_keep, nan_out, vrow)
                     continue
                 if a // ra != current:  # a new row of blocks
