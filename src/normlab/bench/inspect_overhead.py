@@ -90,8 +90,9 @@ def inspect_section(quick: bool = False, rounds: int | None = None,
                               warmup=every)
             rows.append({"every": every, "recipe": repr(recipe), "ratio": t.ratio,
                          "spread": t.ratio_spread,
-                         "plain_step_s": statistics.median(t.b_s) / every,
-                         "inspected_step_s": statistics.median(t.a_s) / every})
+                         # alternate's samples are per call already (one step)
+                         "plain_step_s": statistics.median(t.b_s),
+                         "inspected_step_s": statistics.median(t.a_s)})
         end = other_load()
         info = {"tokens": size.tokens, "width": size.width, "hidden": size.hidden,
                 "blocks": size.blocks, "rounds": rounds,
