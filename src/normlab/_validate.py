@@ -224,6 +224,15 @@ def check_bool(value: Any, name: str) -> bool:
     return bool(value)
 
 
+def check_axis(axis: Any, ndim: int) -> int:
+    """`axis` of an array of `ndim` dimensions as an int in [0, ndim) (negative counts from
+    the end); TypeError for a non-int, ValueError out of range."""
+    ax = check_int(axis, "axis")
+    if not -ndim <= ax < ndim:
+        raise ValueError(f"axis must be in [-{ndim}, {ndim}); got {axis}")
+    return ax % ndim
+
+
 def check_amax_epsilon(value: Any) -> float:
     """`amax_epsilon`, the amax lower bound of the scaled recipes: a finite real >= 0."""
     eps = check_finite_real(value, "amax_epsilon")

@@ -9,14 +9,13 @@ The conventions that differ between formats are fields: whether the top exponent
 reserved for infinities and NaNs (`NanConvention.IEEE`), whether only the all-ones code of
 each sign is NaN (`NanConvention.FN`, the "finite" fp8 formats), whether the one code
 "negative zero" (sign bit alone) is the only NaN and there is no -0 (`NanConvention.FNUZ`,
-the AMD/Graphcore fp8 formats), or whether every code is a finite number
-(`NanConvention.NONE`: fp6, fp4). Whether a format has infinities is derived from that
-convention (only IEEE has them), not stored. A format without subnormals either keeps
-exponent field 0 for zero only (flush-to-zero) or, with `has_zero=False`, uses it as an
-ordinary binade (E8M0, the OCP MX scale format: 2^-127 ... 2^127, no zero, NaN = 0xFF).
+the AMD/Graphcore fp8 formats), or whether every code is finite (`NanConvention.NONE`:
+fp6, fp4). Whether a format has infinities is derived from that convention (only IEEE
+has them). A format without subnormals keeps exponent field 0 for zero only (flush to
+zero) or, with `has_zero=False`, uses it as a binade (E8M0, the MX scale: 2^-127 ... 2^127).
 
-References: IEEE 754-2019; Micikevicius et al. 2022 (FP8); Noune et al. 2022 (the fnuz
-formats, as ml_dtypes stores them); OCP Microscaling Formats (MX) v1.0 (2023).
+References: IEEE 754-2019; Micikevicius et al. 2022 (FP8); Noune et al. 2022 (fnuz, as
+ml_dtypes stores them); OCP Microscaling Formats (MX) v1.0 (2023).
 
 Examples
 --------
@@ -356,10 +355,10 @@ def get_format(name_or_format: Any) -> Format:
     """Return the [Format][normlab.precision.Format] for a name, alias, dtype or `Format`.
 
     Accepts the named formats' ml_dtypes names (`"float8_e4m3fn"`), the common aliases
-    (`bf16`, `fp16`, `half`, `e4m3`, `e5m2`, `fp6_e3m2`, `fp4`, `e8m0`, ...),
-    numpy/ml_dtypes/torch dtypes of those types (torch's packed `float4_e2m1fn_x2` gives
-    the element format), and any `"eXmY"` (IEEE specials) or
-    `"eXmYfn"` (finite, all-ones NaN) within float32's range. Case-insensitive.
+    (`bf16`, `fp16`, `half`, `e4m3`, `e5m2`, `fp6_e3m2`, `fp4`, `e8m0`, ...), numpy,
+    ml_dtypes and torch dtypes of those types (torch's packed `float4_e2m1fn_x2` gives the
+    element format), any `"eXmY"` (IEEE specials) or `"eXmYfn"` (finite, all-ones NaN)
+    within float32's range. Case-insensitive.
 
     Raises
     ------
@@ -376,8 +375,7 @@ def get_format(name_or_format: Any) -> Format:
     if isinstance(name_or_format, Format):
         return name_or_format
     if name_or_format is None:  # np.dtype(None) would read it as float64
-        raise TypeError("fmt must be a Format or a format name such as 'bf16' or 'e4m3'; "
-                        "got None")
+        raise TypeError("fmt must be a Format or a format name such as 'bf16'; got None")
     if f"{type(name_or_format).__module__}.{type(name_or_format).__name__}" == "torch.dtype":
         # a torch dtype, recognised by name so that this module never imports torch
         name_or_format = str(name_or_format).removeprefix("torch.").removesuffix("_x2")

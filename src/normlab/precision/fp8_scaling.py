@@ -36,6 +36,7 @@ import numpy as np
 from normlab._validate import (
     as_float_array,
     check_amax_epsilon,
+    check_axis,
     check_bool,
     check_finite_real,
     check_int,
@@ -208,8 +209,7 @@ def quantize_current_scaling(x: Any, fmt: Format | str = "e4m3", *, margin: int 
     Returns
     -------
     t : Fp8Tensor
-        The data, scales and amax (`scale` and `scale_inv` arrays of x's shape with size
-        1 along `axis` when it is given).
+        The data, scales and amax (with `axis`: scales of x's shape, size 1 along it).
 
     Raises
     ------
@@ -225,8 +225,7 @@ def quantize_current_scaling(x: Any, fmt: Format | str = "e4m3", *, margin: int 
     (224.0, [112.0, -448.0])
     >>> quantize_current_scaling(np.array([3.0], np.float32), power_of_2_scales=True).scale
     128.0
-    >>> rows = quantize_current_scaling(np.float32([[1.0, -2.0], [0.25, 0.5]]), axis=-1)
-    >>> rows.scale.tolist()
+    >>> quantize_current_scaling(np.float32([[1, -2], [0.25, 0.5]]), axis=-1).scale.tolist()
     [[224.0], [896.0]]
     """
     arr = as_float_array(x, "x")
@@ -241,13 +240,7 @@ def current_scale_of(x: Any, fmt: Format, margin: Any, amax_epsilon: Any,
     """The checks of [quantize_current_scaling][normlab.precision.quantize_current_scaling],
     shared with its torch twin, then the current scale of `x` (an array of `xp`; per slice
     along `axis` when it is given)."""
-    if axis is not None:
-        ndim = len(x.shape)
-        a = check_int(axis, "axis")
-        if not -ndim <= a < ndim:
-            raise ValueError(f"axis must lie in [{-ndim}, {ndim}) for an input of "
-                             f"{ndim} dimensions; got {axis!r}")
-        axis = a % ndim
+    axis = None if axis is None else check_axis(axis, len(x.shape))
     m = check_int(margin, "margin")
     eps = check_amax_epsilon(amax_epsilon)
     pow2 = check_bool(power_of_2_scales, "power_of_2_scales")

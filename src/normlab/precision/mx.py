@@ -57,7 +57,7 @@ from typing import Any
 
 import numpy as np
 
-from normlab._validate import as_float_array, check_int
+from normlab._validate import as_float_array, check_axis, check_int
 from normlab.precision import recipe_core as core
 from normlab.precision.codes import encode
 from normlab.precision.formats import Format
@@ -193,11 +193,7 @@ def mx_tensor(x: Any, fmt: Format, block_size: Any, axis: Any, scale_rule: Any, 
     """[mx_quantize][normlab.precision.mx_quantize] of an array of `xp` (a NumPy array or a
     tensor) whose type the caller checked: the remaining checks, then the shared steps."""
     k = check_int(block_size, "block_size", minimum=1)
-    ax = check_int(axis, "axis")
-    ndim = len(x.shape)
-    if not -ndim <= ax < ndim:
-        raise ValueError(f"axis must be in [-{ndim}, {ndim}); got {axis}")
-    ax %= ndim
+    ax = check_axis(axis, len(x.shape))
     rule = mx_scale_rule(scale_rule)
     n = x.shape[ax]
     if n % k and not pad:

@@ -64,7 +64,7 @@ from typing import Any
 
 import numpy as np
 
-from normlab._validate import as_float_array, check_finite_real, check_int
+from normlab._validate import as_float_array, check_axis, check_finite_real
 from normlab.precision import recipe_core as core
 from normlab.precision.blocks import check_block_shape
 from normlab.precision.namespace import NUMPY, namespace_of
@@ -178,9 +178,7 @@ def check_nvfp4_args(ndim: int, axis: Any, block_shape: Any, rounding: Any,
                      tensor_amax: Any) -> tuple[int, tuple[int, ...], float | None]:
     """The checks of [nvfp4_quantize][normlab.precision.nvfp4_quantize] shared with its
     torch twin: (axis in [0, ndim), block shape, tensor amax >= 0 or None)."""
-    ax = check_int(axis, "axis")
-    if not -ndim <= ax < ndim:
-        raise ValueError(f"axis must be in [-{ndim}, {ndim}); got {axis}")
+    ax = check_axis(axis, ndim)
     if block_shape is None:
         block: tuple[int, ...] = (16,)
     else:
