@@ -14,8 +14,7 @@ fp6, fp4). Whether a format has infinities is derived from that convention (only
 has them). A format without subnormals keeps exponent field 0 for zero only (flush to
 zero) or, with `has_zero=False`, uses it as a binade (E8M0, the MX scale: 2^-127 ... 2^127).
 
-References: IEEE 754-2019; Micikevicius et al. 2022 (FP8); Noune et al. 2022 (fnuz, as
-ml_dtypes stores them); OCP Microscaling Formats (MX) v1.0 (2023).
+References: IEEE 754-2019; Micikevicius et al. 2022; Noune et al. 2022 (fnuz); OCP MX v1.0.
 
 Examples
 --------
