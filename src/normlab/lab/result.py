@@ -24,10 +24,7 @@ Contract for every experiment module in [normlab.lab.experiments][]:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol
-
-if TYPE_CHECKING:  # replicates imports Verdict from here
-    from normlab.lab.replicates import Interval
+from typing import Any, Literal, Protocol
 
 __all__ = [
     "Check",
@@ -133,7 +130,7 @@ class Check:
     passed: bool
     values: dict[str, Any] = field(default_factory=dict)
     if_false: Verdict = "FAIL"
-    interval: Interval | None = None
+    interval: Any = None  # a normlab.lab.replicates.Interval (not imported: no cycle)
 
     @property
     def verdict(self) -> Verdict:

@@ -16,7 +16,7 @@ from normlab.precision import recipe_core as core
 from normlab.precision.formats import FLOAT4_E2M1FN, FLOAT8_E4M3FN, Format
 from normlab.precision.namespace import ArrayNamespace
 from normlab.precision.operand_codes import Encoded, element_codes, element_values
-from normlab.precision.quantizers import Quantizer, cdiv
+from normlab.precision.quantizer_base import Quantizer, cdiv
 
 __all__ = ["MXQuantizer", "NVFP4Quantizer"]
 
@@ -37,7 +37,9 @@ class MXQuantizer(Quantizer):
     rule: str = "ocp"
 
     family: ClassVar[str] = "mx"
+    """The family's name, the first field of its key."""
     columns_first_off_cpu: ClassVar[bool] = True
+    """Off the CPU, 1-D blocks along axis 0 are computed columns first."""
 
     @property
     def block(self) -> tuple[int, int]:
@@ -89,14 +91,21 @@ class NVFP4Quantizer(Quantizer):
     """
 
     fmt: Format = FLOAT4_E2M1FN
+    """The element format."""
     axis: int = 1
+    """The GEMM's contraction axis of the operand (0 or 1)."""
     tile: bool = False
 
     family: ClassVar[str] = "nvfp4"
+    """The family's name, the first field of its key."""
     stochastic: ClassVar[bool] = True
+    """Elements may be rounded stochastically (`seed=`)."""
     packed: ClassVar[bool] = True
+    """Two element codes share a byte."""
     columns_first_off_cpu: ClassVar[bool] = True
+    """Off the CPU, 1-D blocks along axis 0 are computed columns first."""
     size: ClassVar[int] = 16
+    """Elements per block (16)."""
 
     @property
     def block(self) -> tuple[int, int]:

@@ -20,23 +20,22 @@ layer, the benchmark, the numerics inspector) asks the quantizer, never the reci
 
 Each class holds its family's reference arithmetic (the recipes' shared steps of
 [normlab.precision.recipe_core][], written once against the array namespace), its encoded
-layout and a stable [key][normlab.precision.quantizers.Quantizer.key] for caches and
-compiled graphs; [Quantizer.from_key][normlab.precision.quantizers.Quantizer.from_key]
+layout and a stable [key][normlab.precision.quantizer_base.Quantizer.key] for caches and
+compiled graphs; [Quantizer.from_key][normlab.precision.quantizer_base.Quantizer.from_key]
 reads it back and raises TypeError for a family it does not know.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from normlab.precision import recipe_core as core
 from normlab.precision.formats import FLOAT32, Format
+from normlab.precision.microscaling import MXQuantizer, NVFP4Quantizer
 from normlab.precision.namespace import ArrayNamespace
 from normlab.precision.operand_codes import Encoded
-from normlab.precision.recipe_formats import mx_element_format
+from normlab.precision.quantizer_base import Quantizer, cdiv
 
 __all__ = [
     "Fp8BlockQuantizer",
@@ -48,146 +47,16 @@ __all__ = [
     "RoundQuantizer",
 ]
 
-_FAMILIES: dict[str, type[Quantizer]] = {}
-
-
-def _field_text(value: Any) -> str:
-    if isinstance(value, Format):
-        return value.name
-    if isinstance(value, bool):
-        return str(int(value))
-    return repr(value) if isinstance(value, float) else str(value)
-
-
-_PARSE: dict[str, Callable[[str], Any]] = {
-    "Format": mx_element_format, "int": int, "bool": lambda s: s == "1", "str": str,
-    "float": float}
-
-
-@dataclass(frozen=True)
-class Quantizer:
-    """How one 2-D GEMM operand is quantised: the base of the scaling families.
-
-    Attributes
-    ----------
-    fmt : Format
-        The element format.
-    axis : int
-        The GEMM's contraction axis of the operand (0 or 1): 1-D blocks run along it.
-    """
-
-    fmt: Format
-    axis: int = 1
-
-    family: ClassVar[str] = ""
-    """The family's name, the first field of the key."""
-    takes_scale: ClassVar[bool] = False
-    """A per-tensor float32 scale is passed in (FP8 delayed and current scaling)."""
-    stochastic: ClassVar[bool] = False
-    """Elements may be rounded stochastically (`seed=`)."""
-    packed: ClassVar[bool] = False
-    """Two element codes share a byte (E2M1)."""
-    saturates: ClassVar[bool] = True
-    """Scaled elements saturate at the format's max (elementwise rounding does not)."""
-    has_scales: ClassVar[bool] = True
-    """The operand carries scales (not so elementwise rounding and the identity)."""
-    columns_first_off_cpu: ClassVar[bool] = False
-    """Off the CPU, 1-D blocks along axis 0 are computed (and stored) columns first."""
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        if cls.family:
-            _FAMILIES[cls.family] = cls
-
-    @property
-    def block(self) -> tuple[int, int]:
-        """One block's (rows, columns) in the operand; (0, 0) for per-tensor and elementwise."""
-        return (0, 0)
-
-    @property
-    def axis_free(self) -> bool:
-        """The values do not depend on the blocking axis (no blocks): one quantisation
-        serves every GEMM of the operand."""
-        return self.block == (0, 0)
-
-    @property
-    def scales_transposed(self) -> bool:
-        """The scale grid is that of the transposed operand (1-D FP8 blocks along axis 0)."""
-        return False
-
-    def key(self) -> str:
-        """A string that [from_key][normlab.precision.quantizers.Quantizer.from_key] reads
-        back (the form a compiled graph holds): the family, then every field."""
-        return ":".join([self.family, *(_field_text(getattr(self, f.name))
-                                        for f in fields(self))])
-
-    @staticmethod
-    @functools.lru_cache(maxsize=256)
-    def from_key(key: str) -> Quantizer:
-        """The quantizer that `key()` wrote.
-
-        Raises
-        ------
-        TypeError
-            If the key names no known family.
-        """
-        family, *values = key.split(":")
-        cls = _FAMILIES.get(family)
-        if cls is None:
-            raise TypeError(f"unknown quantizer family {family!r} in key {key!r}; known: "
-                            f"{sorted(_FAMILIES)}")
-        kinds = [str(f.type) for f in fields(cls)]
-        return cls(*(_PARSE[k](v) for k, v in zip(kinds, values, strict=True)))
-
-    # --- the family's reference arithmetic (float32 operand `w`, logical layout) ----------
-    def values(self, w: Any, scale: Any, seed: int | None, xp: ArrayNamespace) -> Any:
-        """`dequantize(quantize(w))`, float32, w's shape."""
-        raise NotImplementedError
-
-    def quantized(self, w: Any, scale: Any, xp: ArrayNamespace) -> tuple[Any, Any, Any]:
-        """(elements as float32 values in w's layout, scales as stored, tensor scale)."""
-        raise NotImplementedError
-
-    def dequantized(self, elems: Any, enc: Encoded, xp: ArrayNamespace) -> Any:
-        """The float32 operand from its element values (w's layout) and stored scales."""
-        raise NotImplementedError
-
-    def scale_grid(self, shape: tuple[Any, Any]) -> tuple[tuple[Any, ...], str]:
-        """The stored scales' shape and dtype name for an operand of `shape`; `(0,)` for
-        none, `()` for one."""
-        return (0,), "float32"
-
-    def tensor_scale_shape(self) -> tuple[int, ...]:
-        """The stored tensor scale's shape: `(0,)` for none."""
-        return (0,)
-
-    def encoded(self, elems: Any, scales: Any, tensor_scale: Any) -> Encoded:
-        """The `Encoded` parts of an operand (None where the family stores none)."""
-        return Encoded(elems, scales, tensor_scale)
-
-    def for_input(self, fmt: Format | None) -> Quantizer:
-        """The quantizer to run on an operand held in `fmt` (None: another dtype, such as
-        float64): itself, but for a family that depends on its input's format."""
-        return self
-
-    def multipliers(self, enc: Encoded, xp: ArrayNamespace) -> Any:
-        """The float32 dequantisation multiplier of each block of an encoded operand, on
-        the logical block grid (one value for a per-tensor scale; None without scales)."""
-        return None
-
-
-def cdiv(a: Any, b: int) -> Any:
-    """ceil(a / b) for non-negative a (ints or symbolic sizes)."""
-    return (a + b - 1) // b
-
-
 @dataclass(frozen=True)
 class RoundQuantizer(Quantizer):
     """Elementwise rounding to nearest even, no scale, no saturation (the Bf16 recipe)."""
 
     family: ClassVar[str] = "round"
+    """The family's name, the first field of its key."""
     saturates: ClassVar[bool] = False
+    """Scaled elements saturate at the format's max."""
     has_scales: ClassVar[bool] = False
+    """The operand carries scales."""
 
     def values(self, w: Any, scale: Any, seed: int | None, xp: ArrayNamespace) -> Any:
         """This family's `values` (see `Quantizer`)."""
@@ -217,8 +86,10 @@ class IdentityQuantizer(RoundQuantizer):
     """
 
     fmt: Format = FLOAT32
+    """Float32 by itself; `for_input` takes the operand's own format."""
 
     family: ClassVar[str] = "identity"
+    """The family's name, the first field of its key."""
 
     def for_input(self, fmt: Format | None) -> Quantizer:
         """Rounding to `fmt` (float32 for None): the values as they are."""
@@ -231,7 +102,9 @@ class Fp8TensorQuantizer(Quantizer):
     current scaling): `sat_round(w * s) * float32(1 / s)`."""
 
     family: ClassVar[str] = "fp8_tensor"
+    """The family's name, the first field of its key."""
     takes_scale: ClassVar[bool] = True
+    """A per-tensor scale is passed in."""
 
     granularity: ClassVar[str] = "tensor"
     """The scale granularity, as torchao names it."""
@@ -296,6 +169,7 @@ class Fp8BlockQuantizer(Quantizer):
     nonfinite_nan: bool = False
 
     family: ClassVar[str] = "fp8_block"
+    """The family's name, the first field of its key."""
 
     @property
     def granularity(self) -> str:
@@ -361,6 +235,3 @@ class Fp8BlockQuantizer(Quantizer):
         """This family's `multipliers` (see `Quantizer`): each block's `scale_inv`."""
         return xp.moveaxis(enc.scales, 0, 1) if self.scales_transposed else enc.scales
 
-
-# the block-scaled element formats, in their own module (a subclass of Quantizer each)
-from normlab.precision.microscaling import MXQuantizer, NVFP4Quantizer  # noqa: E402

@@ -2,7 +2,7 @@
 
 A training recipe ([normlab.precision.recipes][]) is frozen settings. Its
 `make_quantizer(role, axis)` is the one place that decides which
-[Quantizer][normlab.precision.quantizers.Quantizer] a GEMM operand gets (x, W or dy,
+[Quantizer][normlab.precision.quantizer_base.Quantizer] a GEMM operand gets (x, W or dy,
 blocked along the GEMM's contraction axis); `Recipe.quantizer` checks its arguments and returns it.
 The class attributes say what else a training layer keeps for the recipe (delayed-scaling
 state, stochastic gradients, amax reduction, a Hadamard transform); the layer reads them

@@ -95,6 +95,7 @@ class Fp8DelayedRecipe(Recipe):
     reduce_amax: bool = field(default=True, kw_only=True)
 
     delayed: ClassVar[bool] = True
+    """Per-tensor scales come from an amax history updated once per step."""
 
     def __post_init__(self) -> None:
         check_int(self.margin, "margin")

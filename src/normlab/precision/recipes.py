@@ -104,6 +104,7 @@ class Bf16Recipe(Recipe):
     fmt: str = "bf16"
 
     scaled: ClassVar[bool] = False
+    """The operands carry scales (a low-precision recipe)."""
 
     def __post_init__(self) -> None:
         get_format(self.fmt)  # raises ValueError naming the format

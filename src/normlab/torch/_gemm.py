@@ -83,7 +83,7 @@ def quantize_operand(layer: Any, t: torch.Tensor, role: str, axis: int, *,
 
 def operand_quantizer(layer: Any, role: str, axis: int, t: torch.Tensor) -> Quantizer:
     """The layer's quantizer of operand `role` along `axis`, for `t`'s dtype
-    ([Quantizer.for_input][normlab.precision.quantizers.Quantizer.for_input]: an
+    ([Quantizer.for_input][normlab.precision.quantizer_base.Quantizer.for_input]: an
     unquantised operand runs as rounding to its own format)."""
     fmt = get_format(t.dtype) if t.dtype in _OPERAND_DTYPES else None
     return layer.quantizers[role, axis].for_input(fmt)

@@ -5,11 +5,10 @@ Contract: a `torch.nn.Linear` subclass with the same constructor (plus a keyword
 `(..., K)`, output `(..., N)`, weight `(N, K)`). Forward, input-gradient and weight-gradient
 GEMMs quantise their operands with the recipe's quantizers (kept in `quantizers`, one per
 operand and contraction axis) and accumulate in float32 (`normlab.torch._gemm`).
-`reset_parameters` initialises the weight and bias as
-`torch.nn.Linear` does and (re)builds the recipe state, so the meta-device workflow
-(build under `torch.device("meta")`, `to_empty`, `reset_parameters`) gives a usable layer;
-moving a layer off the meta device (`to_empty`) rebuilds the recipe state as well, for
-initialisers that only reset the weights (Hugging Face's `init_weights`).
+`reset_parameters` initialises the weight and bias as `torch.nn.Linear` does and (re)builds
+the recipe state, so the meta-device workflow (build under `torch.device("meta")`,
+`to_empty`, `reset_parameters`) gives a usable layer; `to_empty` rebuilds the recipe state
+too, for initialisers that only reset the weights (Hugging Face's `init_weights`).
 
 Delayed scaling (`Fp8DelayedRecipe`) keeps, as module extra state (so `state_dict`
 round-trips it, packed into one `uint8` tensor), an amax history `(3, L)` and a scale `(3,)`
@@ -107,6 +106,10 @@ class QuantLinear(torch.nn.Linear):
     nonfinite_operands : torch.Tensor
         0-d int64 on the weight's device: how many operands (x, W, dy) held an inf or NaN
         since the current step began ([normlab.torch.nonfinite][]).
+    quantizers : dict
+        (operand, axis) -> the recipe's quantizer for a GEMM contracting that axis.
+    one_quantization : dict
+        operand -> the quantizer serving both of its GEMMs (None where they differ).
 
     Raises
     ------
