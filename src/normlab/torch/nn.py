@@ -30,8 +30,7 @@ keeps the state.
 
 Only a training forward ([normlab.torch.training_mode][]) records, updates or all-reduces
 amaxes. Under `torch.autocast`, x, W and b are cast to the autocast dtype first, as
-`torch.nn.Linear`'s are. `nonfinite_operands` counts the operands that held an inf or NaN
-in the current step ([normlab.torch.nonfinite][]).
+`torch.nn.Linear`'s are. `nonfinite_operands` counts inf/NaN operands in the current step.
 
 Input that is not floating point (integer, bool, complex) goes to `torch.nn.Linear`'s own
 computation, which raises as it does for an `nn.Linear`; an empty batch returns an empty
