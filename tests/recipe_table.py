@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from normlab.precision.recipes import (
+from normlab.precision.scaled.recipes import (
     Bf16Recipe,
     BlockwiseFp8Recipe,
     Fp8CurrentRecipe,

@@ -83,8 +83,8 @@ def test_cycle_finder_finds_the_old_circle() -> None:
     graph = import_graph()
     graph["normlab._backend"] = graph["normlab._backend"] | {"normlab.kernels.quantize"}
     graph["normlab.kernels.quantize"] = graph["normlab.kernels.quantize"] | {
-        "normlab.precision.rounding"}
-    assert any({"normlab._backend", "normlab.precision.rounding"} <= set(c)
+        "normlab.precision.formats.rounding"}
+    assert any({"normlab._backend", "normlab.precision.formats.rounding"} <= set(c)
                for c in cycles(graph))
 
 

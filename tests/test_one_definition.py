@@ -17,18 +17,18 @@ from pathlib import Path
 import normlab
 
 PIECES = {  # piece -> (mark, the one file allowed to hold it)
-    "scale from amax": (r"isinf\(\s*(s|scale)\s*\)", "precision/scales.py"),
-    "2^-127 floor": (r"2\.0\s*\*\*\s*-127", "precision/scales.py"),
+    "scale from amax": (r"isinf\(\s*(s|scale)\s*\)", "precision/scaled/scales.py"),
+    "2^-127 floor": (r"2\.0\s*\*\*\s*-127", "precision/scaled/scales.py"),
     "power-of-two scales": (r"0xFF800000|-\(2\s*\*\*\s*23\)|-\(1\s*<<\s*23\)",
-                            "precision/scales.py"),
-    "delayed update": (r"\broll\(|\b_rolled\(", "precision/scales.py"),
+                            "precision/scaled/scales.py"),
+    "delayed update": (r"\broll\(|\b_rolled\(", "precision/scaled/scales.py"),
     "MX shared exponent": (r"\bemax_elem\b|\belem_format\.emax\b|\b_elem_emax\b",
-                           "precision/block_scales.py"),
+                           "precision/scaled/block_scales.py"),
     "NVFP4 two-level scales": (r"448\.0\s*\*\s*6\.0|\b2688\b|1\.0\s*/\s*6\.0",
-                               "precision/block_scales.py"),
-    "blockwise scales": (r"def\s+block(wise)?_scales\b", "precision/block_scales.py"),
+                               "precision/scaled/block_scales.py"),
+    "blockwise scales": (r"def\s+block(wise)?_scales\b", "precision/scaled/block_scales.py"),
     "block tiling": (r"def\s+(_tiles|tile|_blocked|_unblocked|_block_amax|block_amax|_spread|"
-                     r"spread|expand|multiply_blocks)\b", "precision/blocks.py"),
+                     r"spread|expand|multiply_blocks)\b", "precision/scaled/tiling.py"),
 }
 
 

@@ -125,7 +125,8 @@ def _other_names() -> dict[str, list[str]]:
 
     A name counts as rendered when a module shown on an API page (or an experiment's lab
     page) that contains this module lists it in its own ``__all__`` and no submodule of that
-    module has the same name (griffe would show the submodule, e.g. ``normlab.torch.convert``).
+    module has the same name (griffe would show the
+    submodule, e.g. ``normlab.torch.training.convert``).
     """
     shown = [m for _, modules in API_MODULES.values() for m in modules if _exists(m)]
     shown += [f"normlab.lab.experiments.{name}" for name in _experiments()]

@@ -14,11 +14,11 @@ numba = pytest.importorskip("numba")
 
 from normlab import _backend  # noqa: E402
 from normlab.precision import (  # noqa: E402
-    blocks,
     blockwise_quantize,
     mx_quantize,
     nvfp4_quantize,
 )
+from normlab.precision.scaled import tiling as blocks  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -1,10 +1,10 @@
 """The operand kernels equal the reference operand functions, bit for bit.
 
-`normlab.kernels.operand` serves [fake_operand][normlab.precision.operands.fake_operand],
-[encode_operand][normlab.precision.operands.encode_operand], their one-pass pair
-[fake_encode_operand][normlab.precision.operand_pass.fake_encode_operand] (elementwise and
+`normlab.kernels.operand` serves [fake_operand][normlab.precision.operands.operand.fake_operand],
+[encode_operand][normlab.precision.operands.operand.encode_operand], their one-pass pair
+[fake_encode_operand][normlab.precision.operands.one_pass.fake_encode_operand] (elementwise and
 per-tensor kinds) and
-[decode_operand][normlab.precision.operands.decode_operand] on NumPy arrays. Each is
+[decode_operand][normlab.precision.operands.operand.decode_operand] on NumPy arrays. Each is
 compared with the reference (the recipes' shared arithmetic, `use_backend("numpy")`) at
 tolerance 0 (float32 bit patterns, NaN payloads included; codes and scales exactly): every
 recipe's operand specs (each role, both contraction axes), float32 and bfloat16 input
@@ -28,9 +28,9 @@ numba = pytest.importorskip("numba")
 from normlab import _backend  # noqa: E402
 from normlab.kernels import operand as kop  # noqa: E402
 from normlab.kernels import operand_jit  # noqa: E402
-from normlab.precision import operands as po  # noqa: E402
-from normlab.precision.formats import get_format  # noqa: E402
-from normlab.precision.quantizers import Quantizer  # noqa: E402
+from normlab.precision.formats.format import get_format  # noqa: E402
+from normlab.precision.operands import operand as po  # noqa: E402
+from normlab.precision.scaled.quantizers import Quantizer  # noqa: E402
 from recipe_table import TRAINING, VARIANTS, operand_recipes  # noqa: E402
 
 RECIPES = operand_recipes({**TRAINING, **{k: VARIANTS[k] for k in (
@@ -238,8 +238,8 @@ def test_serial_block_runs_large_launches_serially(monkeypatch) -> None:
 @pytest.mark.parametrize("kind", KINDS)
 def test_tensor_amax_kernel_equals_the_reference(kind, dtype, layout) -> None:
     # served (not declined) and equal to the reference; NaN inputs give NaN
-    from normlab.precision import recipe_core as core
-    from normlab.precision.namespace import NUMPY
+    from normlab.precision.scaled import arithmetic as core
+    from normlab.precision.scaled.namespace import NUMPY
 
     x = _input(kind, dtype, layout)
     got = kop.tensor_amax(x)

@@ -21,8 +21,8 @@ numba = pytest.importorskip("numba")
 
 from normlab._backend import kernel, use_backend  # noqa: E402
 from normlab.precision import NAMED_FORMATS, decode, get_format, quantize  # noqa: E402
-from normlab.precision.formats import Format, NanConvention  # noqa: E402
-from normlab.precision.rounding import (  # noqa: E402
+from normlab.precision.formats.format import Format, NanConvention  # noqa: E402
+from normlab.precision.formats.rounding import (  # noqa: E402
     REFERENCE_ONLY_MODES,
     RoundingMode,
     quantize_reference,

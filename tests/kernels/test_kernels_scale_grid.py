@@ -1,5 +1,5 @@
 """The compiled MX and NVFP4 scale rules equal the shared rules of
-[normlab.precision.block_scales][] bit for bit (tolerance 0: float32 bit patterns, codes
+[normlab.precision.scaled.block_scales][] bit for bit (tolerance 0: float32 bit patterns, codes
 exactly), on amax grids that hit every branch of the rules: zeros, float32 subnormals,
 values at, just below and just above every power of two, float32's largest values, inf
 and NaN."""
@@ -16,12 +16,12 @@ pytest.importorskip("numba")
 from normlab import _backend
 from normlab.kernels import operand as kop
 from normlab.kernels import scale_grid_jit
-from normlab.precision import block_scales
-from normlab.precision import operands as po
-from normlab.precision import recipe_core as core
-from normlab.precision.namespace import NUMPY
-from normlab.precision.quantizers import MXQuantizer
-from normlab.precision.recipe_formats import mx_element_format
+from normlab.precision.operands import operand as po
+from normlab.precision.scaled import arithmetic as core
+from normlab.precision.scaled import block_scales
+from normlab.precision.scaled.namespace import NUMPY
+from normlab.precision.scaled.quantizers import MXQuantizer
+from normlab.precision.scaled.recipe_formats import mx_element_format
 
 MX_ELEMENTS = ["e4m3", "e5m2", "fp6_e3m2", "fp6_e2m3", "fp4_e2m1", "int8"]
 

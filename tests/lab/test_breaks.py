@@ -25,7 +25,7 @@ from normlab.lab.result import Settings
 from normlab.lab.runner import run_experiments
 from normlab.nn.container import Residual
 from normlab.precision import DynamicLossScaler, Format, Fp8Meta, LowPrecisionUpdater, MasterWeights
-from normlab.precision.fp8_scaling import compute_scale
+from normlab.precision.scaled.fp8_scaling import compute_scale
 
 QUICK = Settings("quick", 0)
 

@@ -45,7 +45,7 @@ def test_matches_torch_optim(cls: type, kwargs: dict, dtype: type) -> None:
 
 
 def test_clip_grad_norm_matches_torch() -> None:
-    from normlab.precision.mixed import clip_grad_norm
+    from normlab.precision.training.mixed_step import clip_grad_norm
 
     rng = np.random.default_rng(4)
     grads = [rng.standard_normal(s).astype(np.float32) * 3 for s in ((5, 4), (7,), (2, 3))]

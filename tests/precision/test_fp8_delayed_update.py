@@ -18,7 +18,7 @@ import pickle
 import numpy as np
 import pytest
 
-from normlab.precision.fp8_scaling import DelayedScaling, Fp8Meta, quantize_current_scaling
+from normlab.precision.scaled.fp8_scaling import DelayedScaling, Fp8Meta, quantize_current_scaling
 
 torch = pytest.importorskip("torch")
 
@@ -201,7 +201,7 @@ def test_current_scaling_epsilon_and_power_of_two():
 def test_big_endian_input_is_scaled_in_float64():
     # 1.0625 + 2^-40 times 1 sits just above the E4M3 tie 1.0625: float64 rounds it up to
     # 1.125; through float32 it becomes the tie and goes to the even 1.0
-    from normlab.precision.fp8_scaling import fp8_quantize
+    from normlab.precision.scaled.fp8_scaling import fp8_quantize
 
     x = np.array([1.0625 + 2.0**-40], dtype=">f8")
     assert fp8_quantize(x, "e4m3", 1.0).data.tolist() == [1.125]

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from normlab.precision.formats import FLOAT8_E4M3FN, FLOAT8_E5M2
-from normlab.precision.fp8_scaling import (
+from normlab.precision.formats.format import FLOAT8_E4M3FN, FLOAT8_E5M2
+from normlab.precision.scaled.fp8_scaling import (
     DelayedScaling,
     Fp8Meta,
     compute_scale,

@@ -6,7 +6,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from normlab.precision.loss_scaling import DynamicLossScaler, StaticLossScaler
+from normlab.precision.training.loss_scaling import DynamicLossScaler, StaticLossScaler
 
 
 def _trace(scaler: DynamicLossScaler, flags: list[bool]) -> list[float]:

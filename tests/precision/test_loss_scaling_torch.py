@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from normlab.precision.loss_scaling import DynamicLossScaler  # noqa: E402
+from normlab.precision.training.loss_scaling import DynamicLossScaler  # noqa: E402
 
 
 @pytest.mark.parametrize(

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from normlab.nn.optim import SGD, AdamW
-from normlab.precision.loss_scaling import DynamicLossScaler, StaticLossScaler
-from normlab.precision.mixed import (
+from normlab.precision.training.loss_scaling import DynamicLossScaler, StaticLossScaler
+from normlab.precision.training.mixed_step import (
     LowPrecisionUpdater,
     MasterWeights,
     clip_grad_norm,

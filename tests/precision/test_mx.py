@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from normlab.precision.mx import e8m0_scales, mx_dequantize, mx_quantize
+from normlab.precision.scaled.mx import e8m0_scales, mx_dequantize, mx_quantize
 
 
 def _block(head: list[float], k: int = 32) -> np.ndarray:

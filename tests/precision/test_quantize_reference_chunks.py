@@ -12,9 +12,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from normlab.precision import rounding
-from normlab.precision.formats import get_format
-from normlab.precision.rounding import RoundingMode, quantize_reference
+from normlab.precision.formats import rounding
+from normlab.precision.formats.format import get_format
+from normlab.precision.formats.rounding import RoundingMode, quantize_reference
 
 
 def _data(n: int) -> np.ndarray:

@@ -26,7 +26,7 @@ from normlab.precision import (
     quantize,
     stochastic_words,
 )
-from normlab.precision._round_scalar import round_scalar
+from normlab.precision.formats._round_scalar import round_scalar
 
 FORMATS = [
     FLOAT32, BFLOAT16, FLOAT16, FLOAT8_E4M3FN, FLOAT8_E5M2, FLOAT6_E3M2FN, FLOAT6_E2M3FN,

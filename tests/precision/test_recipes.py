@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import normlab.precision as P
-from normlab.precision import recipes
-from normlab.precision.formats import FLOAT4_E2M1FN, FLOAT8_E4M3FN, FLOAT8_E5M2
+from normlab.precision.formats.format import FLOAT4_E2M1FN, FLOAT8_E4M3FN, FLOAT8_E5M2
+from normlab.precision.scaled import recipes
 
 ALL = (recipes.DelayedScaling(), *(r() for r in recipes.RECIPES))
 

@@ -43,7 +43,7 @@ from normlab.precision import (
     quantize_current_scaling,
 )
 from normlab.torch import QuantLinear
-from normlab.torch._gemm import backward_operands, forward_operands, stream_seed
+from normlab.torch.training._gemm import backward_operands, forward_operands, stream_seed
 from recipe_table import VARIANTS, operand_recipes
 
 M, K, N = 40, 72, 56  # ragged for blocks of 16, 32 and 128

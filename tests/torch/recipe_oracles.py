@@ -18,7 +18,7 @@ import struct
 import numpy as np
 
 from normlab.precision import quantize
-from normlab.precision.formats import FLOAT4_E2M1FN, FLOAT8_E4M3FN, Format
+from normlab.precision.formats.format import FLOAT4_E2M1FN, FLOAT8_E4M3FN, Format
 
 F32 = np.float32
 FLT_MAX = F32(np.finfo(np.float32).max)

@@ -17,8 +17,11 @@ import pytest
 torch = pytest.importorskip("torch")
 dynamo = pytest.importorskip("torch._dynamo")
 
-from normlab.precision import block_scales, blocks, get_format, recipe_core, scales  # noqa: E402
-from normlab.precision.recipes import (  # noqa: E402
+from normlab.precision import get_format  # noqa: E402
+from normlab.precision.scaled import arithmetic as recipe_core  # noqa: E402
+from normlab.precision.scaled import block_scales, scales  # noqa: E402
+from normlab.precision.scaled import tiling as blocks  # noqa: E402
+from normlab.precision.scaled.recipes import (  # noqa: E402
     BlockwiseFp8Recipe,
     Fp8CurrentRecipe,
     Fp8DelayedRecipe,

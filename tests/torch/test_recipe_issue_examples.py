@@ -19,7 +19,7 @@ import normlab.precision as P  # noqa: E402
 import normlab.torch as nt  # noqa: E402
 from normlab.torch import QuantLinear  # noqa: E402
 from normlab.torch import recipes as torch_recipes  # noqa: E402
-from normlab.torch._gemm import quantize_operand  # noqa: E402
+from normlab.torch.training._gemm import quantize_operand  # noqa: E402
 
 
 def _trace(recipe, amaxes: list[float]) -> tuple[list[float], list[float]]:

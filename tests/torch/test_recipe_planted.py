@@ -20,22 +20,19 @@ torch = pytest.importorskip("torch")
 
 import recipe_differential as diff  # noqa: E402
 
-import normlab.precision.mx as np_mx  # noqa: E402
-import normlab.precision.nvfp4 as np_nvfp4  # noqa: E402
-import normlab.torch.nn as tnn  # noqa: E402
-from normlab.precision import (  # noqa: E402
-    Fp8DelayedRecipe,
-    block_scales,
-    blocks,
-    recipe_core,
-    scales,
-)
-from normlab.precision.namespace import F32_MAX, NUMPY, ArrayNamespace  # noqa: E402
-from normlab.precision.quantizers import Fp8BlockQuantizer, MXQuantizer  # noqa: E402
-from normlab.torch import _gemm, _operand_ops  # noqa: E402
+import normlab.precision.scaled.mx as np_mx  # noqa: E402
+import normlab.precision.scaled.nvfp4 as np_nvfp4  # noqa: E402
+import normlab.torch.training.linear as tnn  # noqa: E402
+from normlab.precision import Fp8DelayedRecipe  # noqa: E402
+from normlab.precision.scaled import arithmetic as recipe_core  # noqa: E402
+from normlab.precision.scaled import block_scales, scales  # noqa: E402
+from normlab.precision.scaled import tiling as blocks  # noqa: E402
+from normlab.precision.scaled.namespace import F32_MAX, NUMPY, ArrayNamespace  # noqa: E402
+from normlab.precision.scaled.quantizers import Fp8BlockQuantizer, MXQuantizer  # noqa: E402
 from normlab.torch import scaling as tscaling  # noqa: E402
 from normlab.torch._fastround import round_elements  # noqa: E402
 from normlab.torch.namespace import TORCH, TorchNamespace  # noqa: E402
+from normlab.torch.training import _gemm, _operand_ops  # noqa: E402
 
 FUSED = Fp8DelayedRecipe(amax_history_len=4, reduce_amax=False)
 UNFUSED = Fp8DelayedRecipe(amax_history_len=4, update="unfused", reduce_amax=False)
@@ -291,7 +288,7 @@ def test_fast_path_saved_codes_decoded_wrong(monkeypatch):
 
 def test_fast_path_bf16_read_as_its_upper_half(monkeypatch):
     # a bfloat16 model's operands widened wrongly (bits shifted by 15, not 16) in the view
-    from normlab.torch import _operand_ops as oo
+    from normlab.torch.training import _operand_ops as oo
 
     real = oo._numpy_view
 

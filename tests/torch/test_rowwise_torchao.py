@@ -52,11 +52,11 @@ from torchao.float8.float8_training_tensor import LinearMMConfig  # noqa: E402
 
 from normlab import _backend  # noqa: E402
 from normlab.precision import quantize_current_scaling  # noqa: E402
-from normlab.precision.namespace import NUMPY  # noqa: E402
-from normlab.precision.operand_codes import element_values  # noqa: E402
+from normlab.precision.operands.codes import element_values  # noqa: E402
+from normlab.precision.scaled.namespace import NUMPY  # noqa: E402
 from normlab.torch import Fp8RowwiseRecipe, convert  # noqa: E402
-from normlab.torch import _operand_ops as ops  # noqa: E402
 from normlab.torch import quantize_current_scaling as t_current  # noqa: E402
+from normlab.torch.training import _operand_ops as ops  # noqa: E402
 
 _EPS32 = float(np.finfo(np.float32).eps)
 PATHS = ("kernels", "torch_ops")

@@ -17,8 +17,8 @@ testing = pytest.importorskip("torch._dynamo.testing")
 from normlab.precision import RoundingMode  # noqa: E402
 from normlab.precision import splitmix64 as np_splitmix64  # noqa: E402
 from normlab.torch import nvfp4_quantize, quantize_ste  # noqa: E402
-from normlab.torch._gemm import stream_seed  # noqa: E402
 from normlab.torch._stochastic import splitmix64_int  # noqa: E402
+from normlab.torch.training._gemm import stream_seed  # noqa: E402
 
 # Dynamo instantiates the autograd.Function internally while tracing (a torch-side warning)
 pytestmark = pytest.mark.filterwarnings(

@@ -1,4 +1,4 @@
-"""The bfloat16 GEMM of bfloat16 models (`normlab.torch._bf16_gemm`) against the exact path.
+"""The bfloat16 GEMM of bfloat16 models (`torch/training/_bf16_gemm`) against the exact path.
 
 Tolerances (derived in the module header): torch's CPU bfloat16 GEMM accumulates in
 float32 and rounds once, so against the float32 GEMM of the same values an output differs
@@ -16,10 +16,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import normlab.torch as nt  # noqa: E402
-from normlab.precision.formats import BFLOAT16  # noqa: E402
-from normlab.torch import _bf16_gemm as lowp  # noqa: E402
-from normlab.torch import _gemm  # noqa: E402
-from normlab.torch import _product_ops as products  # noqa: E402
+from normlab.precision.formats.format import BFLOAT16  # noqa: E402
+from normlab.torch.training import _bf16_gemm as lowp  # noqa: E402
+from normlab.torch.training import _gemm  # noqa: E402
+from normlab.torch.training import _product_ops as products  # noqa: E402
 
 EPS32 = 2.0**-23
 U = 2.0**-8  # bfloat16's unit roundoff

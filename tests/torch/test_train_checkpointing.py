@@ -21,7 +21,7 @@ from normlab.torch import QuantLinear, convert, training_step  # noqa: E402
 from normlab.torch.recipes import (  # noqa: E402
     Fp8DelayedRecipe,
 )
-from normlab.torch.recompute import recomputing  # noqa: E402
+from normlab.torch.training.recompute import recomputing  # noqa: E402
 from recipe_table import TRAINING, VARIANTS  # noqa: E402
 
 RECIPES = {**TRAINING, "delayed_unfused": VARIANTS["delayed_unfused"]}
@@ -134,7 +134,8 @@ def test_recomputing_is_true_only_inside_the_backward_pass() -> None:
 
 def test_a_quantlinear_recomputed_in_eval_mode_or_switched_off_changes_nothing(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from normlab.torch import no_quantization, training_mode
+    from normlab.torch import no_quantization
+    from normlab.torch.training import training_mode
 
     layer = QuantLinear(16, 16, recipe=Fp8DelayedRecipe(amax_history_len=4))
     x = torch.randn(4, 16, requires_grad=True)

@@ -70,7 +70,7 @@ def test_multihead_attention_never_calls_out_proj_so_it_is_left_alone(caplog) ->
     mha(x, x, x)  # training mode, autograd on: the ordinary path
     assert calls == []  # torch computes out_proj from out_proj.weight directly
     model = torch.nn.Sequential(mha)
-    with caplog.at_level(logging.INFO, logger="normlab.torch.convert"):
+    with caplog.at_level(logging.INFO, logger="normlab.torch.training.convert"):
         model, summary = convert(model, Fp8CurrentRecipe(), return_summary=True)
     assert type(mha.out_proj) is NDQ
     assert "MultiheadAttention" in summary.left_alone["0.out_proj"]
@@ -166,7 +166,7 @@ def test_reconverting_applies_the_new_recipe() -> None:
 
 
 def test_summary_is_logged(caplog) -> None:
-    with caplog.at_level(logging.INFO, logger="normlab.torch.convert"):
+    with caplog.at_level(logging.INFO, logger="normlab.torch.training.convert"):
         convert(_net(), MXRecipe())
     text = "\n".join(r.getMessage() for r in caplog.records)
     assert "2 converted" in text and "lm_head" in text

@@ -47,7 +47,7 @@ SCRIPT = textwrap.dedent(
     import torch.multiprocessing as mp
     from torch.distributed.fsdp import fully_shard
     from normlab.torch import QuantLinear, convert, training_step
-    from normlab.torch._extra_state import unpack_extra_state
+    from normlab.torch.training._extra_state import unpack_extra_state
     from normlab.torch.recipes import Fp8CurrentRecipe, Fp8DelayedRecipe
 
     WORLD, STEPS, LR = 2, 5, 0.05

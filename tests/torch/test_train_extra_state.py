@@ -16,8 +16,8 @@ torch = pytest.importorskip("torch")
 
 from normlab.precision import DelayedScaling, Fp8Meta  # noqa: E402
 from normlab.torch import QuantLinear  # noqa: E402
-from normlab.torch._extra_state import unpack_extra_state  # noqa: E402
 from normlab.torch.recipes import Fp8CurrentRecipe, Fp8DelayedRecipe  # noqa: E402
+from normlab.torch.training._extra_state import unpack_extra_state  # noqa: E402
 
 
 def _layer(recipe) -> QuantLinear:

@@ -20,8 +20,9 @@ from normlab.lab.experiments import EXPERIMENTS  # noqa: E402
 from normlab.lab.experiments import lowp_training as exp  # noqa: E402
 from normlab.lab.result import Settings  # noqa: E402
 from normlab.lab.runner import run_experiments  # noqa: E402
-from normlab.torch import _operand_ops, recipes  # noqa: E402
+from normlab.torch import recipes  # noqa: E402
 from normlab.torch._fastround import round_elements  # noqa: E402
+from normlab.torch.training import _operand_ops  # noqa: E402
 
 
 def _run(monkeypatch: pytest.MonkeyPatch, configs: tuple[str, ...]):
@@ -109,7 +110,7 @@ def test_detects_a_hadamard_transform_that_does_not_mix(monkeypatch: pytest.Monk
     # factor 4 before and after) and the spreading check FAILs
     import sys
 
-    import normlab.precision.hadamard as ph
+    import normlab.precision.scaled.hadamard as ph
 
     assert any("Hadamard" in d for d in exp.DETECTS)
     real = ph.hadamard_matrix

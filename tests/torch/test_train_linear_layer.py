@@ -24,7 +24,6 @@ from normlab.torch import (  # noqa: E402
     quantization_enabled,
     quantize_current_scaling,
 )
-from normlab.torch._extra_state import unpack_extra_state  # noqa: E402
 from normlab.torch.recipes import (  # noqa: E402
     Bf16Recipe,
     Fp8CurrentRecipe,
@@ -32,6 +31,7 @@ from normlab.torch.recipes import (  # noqa: E402
     MXRecipe,
     NVFP4Recipe,
 )
+from normlab.torch.training._extra_state import unpack_extra_state  # noqa: E402
 from recipe_table import TRAINING  # noqa: E402
 
 RECIPES = TRAINING

@@ -18,14 +18,14 @@ torch = pytest.importorskip("torch")
 from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
 
 from normlab import _backend  # noqa: E402
-from normlab.precision.hadamard import rht_matrix  # noqa: E402
-from normlab.precision.quantizers import Quantizer  # noqa: E402
-from normlab.torch import _operand_ops as ops  # noqa: E402
+from normlab.precision.scaled.hadamard import rht_matrix  # noqa: E402
+from normlab.precision.scaled.quantizers import Quantizer  # noqa: E402
 from normlab.torch.recipes import (  # noqa: E402
     Fp8CurrentRecipe,
     MXRecipe,
     NVFP4Recipe,
 )
+from normlab.torch.training import _operand_ops as ops  # noqa: E402
 from recipe_table import TRAINING, operand_recipes  # noqa: E402
 
 RECIPES = operand_recipes(TRAINING)

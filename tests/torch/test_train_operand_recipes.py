@@ -23,7 +23,6 @@ from normlab.precision import (  # noqa: E402
     quantize_current_scaling,
 )
 from normlab.torch import QuantLinear  # noqa: E402
-from normlab.torch._gemm import quantize_operand, stream_seed  # noqa: E402
 from normlab.torch.recipes import (  # noqa: E402
     BlockwiseFp8Recipe,
     Fp8CurrentRecipe,
@@ -31,6 +30,7 @@ from normlab.torch.recipes import (  # noqa: E402
     MXRecipe,
     NVFP4Recipe,
 )
+from normlab.torch.training._gemm import quantize_operand, stream_seed  # noqa: E402
 
 
 def _x(rng: np.random.Generator, shape: tuple[int, int] = (40, 72)) -> np.ndarray:

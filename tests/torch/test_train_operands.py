@@ -20,15 +20,15 @@ from normlab.precision import (  # noqa: E402
     quantize,
     quantize_current_scaling,
 )
-from normlab.precision.hadamard import rht_matrix  # noqa: E402
-from normlab.precision.quantizers import (  # noqa: E402
+from normlab.precision.scaled.hadamard import rht_matrix  # noqa: E402
+from normlab.precision.scaled.quantizers import (  # noqa: E402
     Fp8BlockQuantizer,
     Fp8TensorQuantizer,
     MXQuantizer,
 )
-from normlab.torch import _operand_ops as ops  # noqa: E402
 from normlab.torch._fastround import round_elements  # noqa: E402
-from normlab.torch._operand_ops import hadamard_rows  # noqa: E402
+from normlab.torch.training import _operand_ops as ops  # noqa: E402
+from normlab.torch.training._operand_ops import hadamard_rows  # noqa: E402
 
 FAST = ["bf16", "fp16", "e4m3", "e5m2", "fp4"]
 
@@ -105,7 +105,7 @@ def test_hadamard_is_orthogonal_and_cancels_in_the_product(rng) -> None:
 def test_tensor_amax_equals_the_reference(dtype: str, rng) -> None:
     # the layer's per-tensor amax (numba's one pass for float32/bfloat16, torch otherwise)
     # against max |x| in float64 of the same values: exact, a max is one of the inputs
-    from normlab.torch._operand_ops import tensor_amax
+    from normlab.torch.training._operand_ops import tensor_amax
 
     dt = getattr(torch, dtype)
     base = torch.from_numpy(rng.standard_normal((300, 517)) * 10).to(dt)

@@ -1,4 +1,4 @@
-"""normlab.torch.optim.AdamW against the NumPy LowPrecisionUpdater, bit for bit.
+"""normlab.torch.training.optim.AdamW against the NumPy LowPrecisionUpdater, bit for bit.
 
 The NumPy side computes the AdamW delta independently (float32 NumPy arithmetic, every
 operation correctly rounded, so the same bits as torch's separate elementwise kernels) and
@@ -18,7 +18,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from normlab.precision import LowPrecisionUpdater, quantize  # noqa: E402
-from normlab.torch.optim import AdamW  # noqa: E402
+from normlab.torch.training.optim import AdamW  # noqa: E402
 
 LR, BETAS, EPS, WD = 3e-3, (0.9, 0.95), 1e-8, 0.1
 

@@ -23,7 +23,6 @@ from normlab.precision import (  # noqa: E402
     quantize,
 )
 from normlab.torch import QuantLinear, convert  # noqa: E402
-from normlab.torch._extra_state import unpack_extra_state  # noqa: E402
 from normlab.torch.recipes import (  # noqa: E402
     Bf16Recipe,
     BlockwiseFp8Recipe,
@@ -32,6 +31,7 @@ from normlab.torch.recipes import (  # noqa: E402
     MXRecipe,
     NVFP4Recipe,
 )
+from normlab.torch.training._extra_state import unpack_extra_state  # noqa: E402
 
 TOL = {"rtol": 1e-5, "atol": 1e-6}
 
@@ -87,7 +87,7 @@ def test_mx_blocks_run_along_each_contraction(rng) -> None:
 def test_2d_weight_blocks_quantise_w_and_wt_alike(recipe, rng) -> None:
     w = torch.from_numpy(rng.standard_normal((48, 40)).astype(np.float32))
     layer = QuantLinear(40, 48, recipe=recipe)
-    from normlab.torch._gemm import quantize_operand
+    from normlab.torch.training._gemm import quantize_operand
 
     fwd = quantize_operand(layer, w, "w", axis=1)
     bwd = quantize_operand(layer, w, "w", axis=0)

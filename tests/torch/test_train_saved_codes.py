@@ -23,9 +23,8 @@ torch = pytest.importorskip("torch")
 
 from normlab import _backend  # noqa: E402
 from normlab.bench.memory import saved_bytes  # noqa: E402
-from normlab.precision import operands as po  # noqa: E402
-from normlab.torch import QuantLinear, _gemm  # noqa: E402
-from normlab.torch._operand_ops import hadamard_rows  # noqa: E402
+from normlab.precision.operands import operand as po  # noqa: E402
+from normlab.torch import QuantLinear  # noqa: E402
 from normlab.torch.namespace import TORCH  # noqa: E402
 from normlab.torch.recipes import (  # noqa: E402
     Bf16Recipe,
@@ -35,6 +34,8 @@ from normlab.torch.recipes import (  # noqa: E402
     MXRecipe,
     NVFP4Recipe,
 )
+from normlab.torch.training import _gemm  # noqa: E402
+from normlab.torch.training._operand_ops import hadamard_rows  # noqa: E402
 
 M, K, N = 40, 64, 48
 F32 = 4  # bytes of one float32 scale

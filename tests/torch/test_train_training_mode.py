@@ -2,7 +2,7 @@
 
 A converted model trained in `eval()` mode (what Hugging Face `from_pretrained` returns)
 keeps its delayed scales frozen: the rule is `module.training` (see
-`normlab.torch.training_mode`), so the first forward in eval mode that records for a
+`normlab.torch.training.training_mode`), so the first forward in eval mode that records for a
 backward warns once, with `EvalModeTrainingWarning`. After `model.train()` the scales
 update. An evaluation (eval mode, autograd off) warns about nothing (the suite turns
 warnings into errors) and changes nothing. Expected scales come from the recorded amaxes
@@ -21,8 +21,8 @@ from normlab.torch import (  # noqa: E402
     Fp8DelayedRecipe,
     MXRecipe,
     convert,
-    training_mode,
 )
+from normlab.torch.training import training_mode  # noqa: E402
 
 
 def _model(recipe: object) -> torch.nn.Module:

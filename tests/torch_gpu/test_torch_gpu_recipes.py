@@ -18,13 +18,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "torch"))
 import recipe_differential as diff
 
-from normlab.precision import (
-    Fp8DelayedRecipe,
-    blocks,
-    get_format,
-    recipe_core,
-    scales,
-)
+from normlab.precision import Fp8DelayedRecipe, get_format
+from normlab.precision.scaled import arithmetic as recipe_core
+from normlab.precision.scaled import scales
+from normlab.precision.scaled import tiling as blocks
 from normlab.torch.namespace import TORCH
 
 pytestmark = pytest.mark.cuda

@@ -25,7 +25,7 @@ For each recipe (Bf16, FP8 delayed, FP8 current, Blockwise FP8, MX, NVFP4) on th
   unconverted model's;
 - L, the plain float32 step over the plain bfloat16 step (alternating rounds): what
   bfloat16 GEMMs buy on this machine. The converted bfloat16 model multiplies in
-  bfloat16 where its operands are exact in bfloat16 (`normlab.torch._bf16_gemm`; the
+  bfloat16 where its operands are exact in bfloat16 (`normlab.torch.training._bf16_gemm`; the
   check above is of the float32 layer, the bfloat16 path has its own tests).
 
 Three recipes run again with activation checkpointing ("+ checkpoint": norm, fc1 and GELU

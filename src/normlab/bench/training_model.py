@@ -5,7 +5,7 @@ PyTorch is installed). The model is a stack of pre-norm residual MLP blocks,
 $x \leftarrow x + W_2\,\mathrm{GELU}(W_1\,\mathrm{LayerNorm}(x) + b_1) + b_2$, on a batch
 of `tokens` rows of width `width`, hidden size `hidden`; a step is zero-grad, forward,
 mean-squared error against a fixed target, backward and one `torch.optim.AdamW` update.
-The converted model is a deep copy passed through `normlab.torch.convert` (every Linear
+The converted model is a deep copy passed through `normlab.torch.training.convert` (every Linear
 becomes a `QuantLinear`), or through torchao's `convert_to_float8_training` with
 `Float8LinearConfig(emulate=True)` (its float8 emulation: float8 casts, float32 matmuls),
 the outside reference point.

@@ -3,7 +3,7 @@
 Dimension letters: A leading blocks of rows, R rows, C columns (x seen as (A, R, C)),
 r x c the block shape, nR = ceil(R / r), nC = ceil(C / c).
 
-Contract: the kernel behind [normlab.precision.blocks.block_amax][] on NumPy arrays, named
+Contract: the kernel behind [normlab.precision.scaled.tiling.block_amax][] on NumPy arrays, named
 `"block_amax"` in `normlab._backend.KERNELS`. It receives the reference's validated
 `(x, block)` and returns the same values or `NotImplemented` (only float32 and float64 are
 served): max |x| over each

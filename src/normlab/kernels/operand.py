@@ -1,4 +1,4 @@
-"""Operand kernels: the numba side of [normlab.precision.operands][] (the adapter).
+"""Operand kernels: the numba side of [normlab.precision.operands.operand][] (the adapter).
 
 Dimension letters: R, C the logical operand; A, B the array as it lies in memory (the
 operand, or its transpose when its columns are contiguous).
@@ -10,10 +10,10 @@ dtypes, shapes and layout, or `NotImplemented` (input that is not a 2-D float32 
 bfloat16 array with contiguous rows or columns, a format outside the loops' reach: more
 than 16 bits, no zero or sign, "fnuz" NaNs, stochastic rounding other than NVFP4's).
 
-What runs: block amaxes in one read-only pass over the operand's bits (bfloat16 read in
-place), the recipe's scale rule on the small block grid through the shared functions
-([normlab.precision.block_scales][], [normlab.precision.recipe_core][], NumPy namespace:
-the same code the reference runs), then one pass that multiplies, rounds, encodes and
+What runs: block amaxes in one read-only pass over the operand's bits (bfloat16 read in place),
+the recipe's scale rule on the small block grid through the shared functions
+([normlab.precision.scaled.block_scales][], [normlab.precision.scaled.arithmetic][], NumPy
+namespace: the same code the reference runs), then one pass that multiplies, rounds, encodes and
 dequantises each element (`operand_jit.encode_blocks`). Blocks are views of the operand's
 memory: a block along the contiguous axis is a run of it, a block across it a column
 stripe; nothing is padded or copied, and a transposed operand is read as it lies.
@@ -30,13 +30,13 @@ import numpy as np
 from normlab.kernels import amax_jit, block_scale_jit, operand_jit, scale_grid_jit
 from normlab.kernels._adapt import launch
 from normlab.kernels.quantize import narrow_nearest_serves, round_params
-from normlab.precision import block_scales
-from normlab.precision import recipe_core as core
-from normlab.precision.formats import FLOAT8_E4M3FN, Format, NanConvention
-from normlab.precision.modes import RoundingMode
-from normlab.precision.namespace import F32_MAX, NUMPY
-from normlab.precision.operand_codes import Encoded, code_tables, stores_codes
-from normlab.precision.quantizers import (
+from normlab.precision.formats.format import FLOAT8_E4M3FN, Format, NanConvention
+from normlab.precision.formats.modes import RoundingMode
+from normlab.precision.operands.codes import Encoded, code_tables, stores_codes
+from normlab.precision.scaled import arithmetic as core
+from normlab.precision.scaled import block_scales
+from normlab.precision.scaled.namespace import F32_MAX, NUMPY
+from normlab.precision.scaled.quantizers import (
     Fp8BlockQuantizer,
     Fp8TensorQuantizer,
     MXQuantizer,
@@ -212,7 +212,7 @@ def _logical_scales(scales: Any, q: Quantizer, transposed: bool) -> Any:
 
 def _e4m3_codes(v: np.ndarray) -> np.ndarray:
     """E4M3 codes of float32 values E4M3 holds (NVFP4's block scales): the encode step of
-    `encode_blocks` ([element_codes][normlab.precision.operand_codes.element_codes]'s
+    `encode_blocks` ([element_codes][normlab.precision.operands.codes.element_codes]'s
     values, without its search)."""
     ebias, *rest = _code_args(FLOAT8_E4M3FN)
     co = np.empty(v.shape, np.uint8)
@@ -293,7 +293,7 @@ def encode_operand(x: Any, q: Quantizer, scale: Any, order: str) -> Any:
 def tensor_amax(x: Any) -> Any:
     """max |x| of a 2-D float32 or bfloat16 array with contiguous rows or columns, as a
     float32 scalar (the quiet NaN if x holds a NaN), or `NotImplemented`: the value of
-    [tensor_amax][normlab.precision.recipe_core.tensor_amax] (a max is one of the inputs,
+    [tensor_amax][normlab.precision.scaled.arithmetic.tensor_amax] (a max is one of the inputs,
     exact in any order)."""
     phys = _physical(x)
     if phys is None or x.size == 0:

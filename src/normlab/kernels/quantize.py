@@ -3,7 +3,7 @@
 Dimension letters: N elements (flattened C order).
 
 Receives the validated `(x, fmt, mode, saturate, seed, random_bits)` of the reference's
-kernel seam (see `normlab.precision.rounding`) and returns an array bit-identical to
+kernel seam (see `normlab.precision.formats.rounding`) and returns an array bit-identical to
 `quantize_reference`, or `NotImplemented` for a format whose smallest normal lies below
 the input's (float32 input to E8M0, emin = -127: float32 subnormals there round with the
 reference's ml_dtypes quirk; float64 input to E8M0 is served). Formats without a zero or
@@ -43,8 +43,8 @@ import numpy as np
 
 from normlab.kernels import quantize_jit as jit
 from normlab.kernels._adapt import launch
-from normlab.precision.formats import Format, NanConvention
-from normlab.precision.modes import RoundingMode
+from normlab.precision.formats.format import Format, NanConvention
+from normlab.precision.formats.modes import RoundingMode
 
 __all__: list[str] = []
 

@@ -2,7 +2,7 @@
 
 Dimension letters: nA x nB the block grid.
 
-The kernel twins of [normlab.precision.block_scales][] (the rules, written once, are there):
+The kernel twins of [normlab.precision.scaled.block_scales][] (the rules, written once, are there):
 each loop maps a grid of float32 block amaxes (non-negative, NaN for a block holding a
 NaN) to what the operand kernels multiply by, in one pass over the grid instead of a chain
 of NumPy temporaries. Every operation is the reference's float32 (or float64, for the OCP

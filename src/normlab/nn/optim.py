@@ -5,7 +5,7 @@ place) and `.grad` (a float ndarray of the same shape, or None: that parameter i
 skipped, as in PyTorch). Optimizer state (momentum buffer, Adam moments) is float32, or
 float64 for float64 parameters of either byte order (`'>f8'` too); the update is computed
 in that precision and written back into `.data`'s dtype (so bfloat16/float16 parameters
-are rounded to nearest: keep float32 master weights, see `normlab.precision.mixed`).
+are rounded to nearest: keep float32 master weights, see `normlab.precision.training.mixed_step`).
 `step` validates every parameter (a writeable float array), gradient and state entry
 before it changes anything. `state_dict` / `load_state_dict` use PyTorch's layout;
 loading validates the whole dict first (see `normlab.nn._optimizer`).

@@ -14,6 +14,7 @@ tensor([1.])
 
 from __future__ import annotations
 
+from normlab._moved import keep_old_paths
 from normlab.torch._import import torch  # noqa: F401  (raises the install hint first)
 from normlab.torch.blockwise import BlockwiseTensor, blockwise_quantize
 from normlab.torch.formats import get_format
@@ -45,13 +46,8 @@ __all__ = [
     "stochastic_words",
 ]
 
-# --- training: QuantLinear, convert, recipes, AdamW (owner: torchtrain) ---
-from normlab.torch.conv1d import QuantConv1D
-from normlab.torch.convert import ConvertSummary, UnmatchedPatternWarning, convert, unconvert
-from normlab.torch.nn import QuantLinear
-from normlab.torch.nonfinite import nonfinite_layers
+# --- training (normlab.torch.training): QuantLinear, convert, recipes, AdamW ---
 from normlab.torch.numerics import InspectLog, inspect
-from normlab.torch.optim import AdamW
 from normlab.torch.recipes import (
     Bf16Recipe,
     BlockwiseFp8Recipe,
@@ -61,9 +57,19 @@ from normlab.torch.recipes import (
     MXRecipe,
     NVFP4Recipe,
 )
-from normlab.torch.steps import training_step
-from normlab.torch.switch import no_quantization, quantization_enabled
-from normlab.torch.training_mode import EvalModeTrainingWarning
+from normlab.torch.training.conv1d import QuantConv1D
+from normlab.torch.training.convert import (
+    ConvertSummary,
+    UnmatchedPatternWarning,
+    convert,
+    unconvert,
+)
+from normlab.torch.training.linear import QuantLinear
+from normlab.torch.training.nonfinite import nonfinite_layers
+from normlab.torch.training.optim import AdamW
+from normlab.torch.training.steps import training_step
+from normlab.torch.training.switch import no_quantization, quantization_enabled
+from normlab.torch.training.training_mode import EvalModeTrainingWarning
 
 __all__ += [
     "AdamW",
@@ -88,3 +94,30 @@ __all__ += [
     "training_step",
     "unconvert",
 ]
+
+
+# The training stack's modules sat directly in this package before the layout by concern:
+# each old path names the moved module itself.
+keep_old_paths(
+    __name__,
+    {
+        "nn": "normlab.torch.training.linear",
+        "conv1d": "normlab.torch.training.conv1d",
+        "optim": "normlab.torch.training.optim",
+        "convert": "normlab.torch.training.convert",
+        "_gemm": "normlab.torch.training._gemm",
+        "_operand_ops": "normlab.torch.training._operand_ops",
+        "_product_ops": "normlab.torch.training._product_ops",
+        "_bf16_gemm": "normlab.torch.training._bf16_gemm",
+        "_extra_state": "normlab.torch.training._extra_state",
+        "_plan": "normlab.torch.training._plan",
+        "_autocast": "normlab.torch.training._autocast",
+        "_empty_batch": "normlab.torch.training._empty_batch",
+        "recompute": "normlab.torch.training.recompute",
+        "switch": "normlab.torch.training.switch",
+        "training_mode": "normlab.torch.training.training_mode",
+        "distributed": "normlab.torch.training.distributed",
+        "steps": "normlab.torch.training.steps",
+        "nonfinite": "normlab.torch.training.nonfinite",
+    },
+)

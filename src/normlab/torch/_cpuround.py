@@ -51,7 +51,8 @@ from collections.abc import Callable
 
 import torch
 
-from normlab.precision.formats import BFLOAT16, FLOAT8_E4M3FN, FLOAT8_E5M2, FLOAT16, Format
+from normlab.precision.formats.format import FLOAT8_E4M3FN, Format
+from normlab.torch.formats import NATIVE_DTYPES, quiet_nan_where
 
 __all__ = ["chunked_formats", "nearest_chunks", "use_chunks"]
 
@@ -63,7 +64,7 @@ _MIN_CASTS = 1 << 20
 _HUGE_BYTES = 1 << 22  # outputs from 4 MiB on ask for huge pages (NumPy's threshold)
 _HUGE_PAGE = 1 << 21
 _MADV_HUGEPAGE = 14  # Linux <sys/mman.h>
-_CASTS = {BFLOAT16: torch.bfloat16, FLOAT16: torch.float16, FLOAT8_E5M2: torch.float8_e5m2}
+_CASTS = {f: d for f, d in NATIVE_DTYPES.items() if f != FLOAT8_E4M3FN}  # E4M3FN: arithmetic
 _EXP_MASK = 0x7F800000
 _madvise: list[Callable[[int, int, int], int] | None] = []
 _PROBE_ELEMENTS = 1 << 16  # twice torch's grain size: one parallel region on two threads
@@ -201,9 +202,7 @@ def _fix(x: torch.Tensor, dst: torch.Tensor, limit: float) -> None:
     lo, hi = torch.aminmax(x)  # NaN propagates into both
     if float(hi) <= limit and float(lo) >= -limit:
         return
-    bad = ~(x.abs() <= limit)
-    nan = torch.copysign(torch.tensor(float("nan")), x)
-    dst.copy_(torch.where(bad, nan, dst))
+    dst.copy_(quiet_nan_where(~(x.abs() <= limit), x, dst))
 
 
 def _limit(fmt: Format, saturate: bool) -> float:

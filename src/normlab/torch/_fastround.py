@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import torch
 
-from normlab.precision.formats import Format
+from normlab.precision.formats.format import Format
 from normlab.torch._cpuround import nearest_chunks, use_chunks
+from normlab.torch.formats import NATIVE_DTYPES, quiet_nan_where
 from normlab.torch.quantize import quantize
 
 __all__ = ["round_elements"]
 
-_NATIVE = {"bfloat16": torch.bfloat16, "float16": torch.float16,
-           "float8_e4m3fn": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2}
 _EXP_MASK = 0x7F800000
 # E2M1: emin 0, emax 2, one mantissa bit, largest value 6
 _FP4 = (127 << 23, 129 << 23, 1.5 * 2.0**22, 6.0)
@@ -38,10 +37,8 @@ def _fp4_nearest(t: torch.Tensor) -> torch.Tensor:
 
 
 def _canonical_nan(t: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """A NaN input gives the quiet NaN 0x7FC00000 with its sign, as `quantize` does
-    (casts keep payloads)."""
-    nan = out.new_full((), torch.nan)  # a fill on the device: no host-to-device copy
-    return torch.where(torch.isnan(t), torch.copysign(nan, t), out)
+    """A NaN input gives the quiet NaN 0x7FC00000 with its sign, as `quantize` does."""
+    return quiet_nan_where(torch.isnan(t), t, out)
 
 
 def round_elements(t: torch.Tensor, fmt: Format, *, saturate: bool = True,
@@ -59,7 +56,7 @@ def round_elements(t: torch.Tensor, fmt: Format, *, saturate: bool = True,
     if seed is None and t.dtype == torch.float32:
         if use_chunks(t, fmt):
             return nearest_chunks(t, fmt, saturate)
-        native = _NATIVE.get(fmt.name)
+        native = NATIVE_DTYPES.get(fmt)
         if native is not None and (saturate or native in (torch.bfloat16, torch.float16)):
             src = t.clamp(-fmt.max, fmt.max) if saturate else t
             return _canonical_nan(t, src.to(native).to(torch.float32))

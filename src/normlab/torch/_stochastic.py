@@ -2,7 +2,7 @@
 
 Dimension letters: N elements (the flattened C-order input), C elements of one chunk.
 
-Contract: the same bits as the reference rule of `normlab.precision.rounding` for the
+Contract: the same bits as the reference rule of `normlab.precision.formats.rounding` for the
 stochastic mode, with element i using the 64-bit word `w_i` (`splitmix64((seed + i) mod 2^64)`
 or given): write |x| = (keep + f) * 2^qe with qe = max(floor(log2|x|), emin) - m,
 keep an integer and 0 <= f < 1; the magnitude goes up one quantum iff
@@ -36,8 +36,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from normlab.precision.formats import Format, NanConvention
-from normlab.precision.random_bits import GOLDEN_GAMMA
+from normlab.precision.formats.format import Format, NanConvention
+from normlab.precision.formats.random_bits import GOLDEN_GAMMA
 from normlab.torch._import import torch
 
 __all__ = [

@@ -4,8 +4,8 @@ Dimension letters: R, C the last two axes, r x c the block, nR = ceil(R / r), nC
 ceil(C / c).
 
 Contract: [normlab.precision.blockwise_quantize][] bit for bit, on any device, because
-both run [blockwise_quantize_parts][normlab.precision.recipe_core.blockwise_quantize_parts]
-(scales by [blockwise_scales][normlab.precision.block_scales.blockwise_scales], with the
+both run [blockwise_quantize_parts][normlab.precision.scaled.arithmetic.blockwise_quantize_parts]
+(scales by [blockwise_scales][normlab.precision.scaled.block_scales.blockwise_scales], with the
 input dtype's max for an overflowing quotient: bfloat16 and float16 tensors as TE) through
 their array namespace; this module validates arguments and holds tensors.
 DeepSeek-AI, "DeepSeek-V3 Technical Report", 2024, sec. 3.3.2.
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from normlab.precision.blockwise import BlockwiseTensor, blockwise_tensor
+from normlab.precision.scaled.blockwise import BlockwiseTensor, blockwise_tensor
 from normlab.torch._import import torch
 from normlab.torch.formats import get_format
 from normlab.torch.namespace import TORCH

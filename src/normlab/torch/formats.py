@@ -11,11 +11,39 @@ from __future__ import annotations
 
 from typing import Any
 
-from normlab.precision.formats import Format
-from normlab.precision.formats import get_format as _get_format
+from normlab.precision.formats.format import (
+    BFLOAT16,
+    FLOAT8_E4M3FN,
+    FLOAT8_E5M2,
+    FLOAT16,
+    Format,
+)
+from normlab.precision.formats.format import get_format as _get_format
 from normlab.torch._import import torch
 
-__all__ = ["get_format"]
+__all__ = ["NATIVE_DTYPES", "get_format", "quiet_nan_where"]
+
+NATIVE_DTYPES: dict[Format, torch.dtype] = {
+    BFLOAT16: torch.bfloat16,
+    FLOAT16: torch.float16,
+    FLOAT8_E4M3FN: torch.float8_e4m3fn,
+    FLOAT8_E5M2: torch.float8_e5m2,
+}
+"""The formats whose torch dtype's float32 cast rounds to nearest even as the reference
+does on every finite input below the overflow threshold: the one table from a `Format` to
+the dtype a rounding engine may cast through (`quantize`, its CPU chunks, the operands)."""
+
+
+def quiet_nan_where(bad: torch.Tensor, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """`out`, with the quiet NaN of `x`'s sign where `bad`: the one NaN rule of the casts.
+
+    The reference ([normlab.precision.quantize][]) gives a NaN input (and, in a format
+    without infinities, an input beyond its NaN threshold) the quiet NaN `0x7FC00000` with
+    the input's sign; a cast keeps payloads or drops the sign, so every cast path applies
+    this rule to its result. The NaN is a fill on `out`'s device, no host-to-device copy.
+    """
+    nan = out.new_full((), float("nan"))
+    return torch.where(bad, torch.copysign(nan, x), out)
 
 
 def get_format(fmt: Any) -> Format:

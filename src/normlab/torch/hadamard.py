@@ -14,7 +14,7 @@ NVFP4", 2025, sec. 4.2.
 
 from __future__ import annotations
 
-from normlab.precision.hadamard import rht_apply, rht_axis, rht_matrix
+from normlab.precision.scaled.hadamard import rht_apply, rht_axis, rht_matrix
 from normlab.torch._import import torch
 from normlab.torch.namespace import TORCH
 from normlab.torch.quantize import check_tensor

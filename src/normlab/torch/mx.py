@@ -3,7 +3,7 @@ r"""MX block quantisation of tensors: blocks of k elements along an axis share a
 Dimension letters: B blocks along the axis, K block_size.
 
 Contract: [normlab.precision.mx_quantize][] bit for bit (elements, scale codes), on any
-device, because both run [mx_quantize_parts][normlab.precision.recipe_core.mx_quantize_parts]
+device, because both run [mx_quantize_parts][normlab.precision.scaled.arithmetic.mx_quantize_parts]
 (the two scale rules, the special blocks, MXINT8 and padding) through their array
 namespace; this module validates arguments and holds tensors.
 Rouhani et al., "Microscaling Data Formats for Deep Learning", 2023.
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from normlab.precision.mx import MXTensor, mx_tensor
-from normlab.precision.recipe_formats import mx_element_format
+from normlab.precision.scaled.mx import MXTensor, mx_tensor
+from normlab.precision.scaled.recipe_formats import mx_element_format
 from normlab.torch._import import torch
 from normlab.torch.formats import get_format
 from normlab.torch.namespace import TORCH

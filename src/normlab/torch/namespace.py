@@ -1,6 +1,6 @@
 """The torch array namespace: recipe arithmetic of `normlab.precision` on tensors.
 
-[normlab.precision.namespace][] explains the contract: each method is a tensor operation
+[normlab.precision.scaled.namespace][] explains the contract: each method is a tensor operation
 on the input's device, with no host synchronisation and no Python branching on values,
 so the shared recipe functions trace under `torch.compile` (inductor and `aot_eager`) as
 one graph and run on CUDA tensors as they do on the CPU. Importing this module registers
@@ -17,7 +17,7 @@ import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
-from normlab.precision.namespace import F32_MAX, ArrayNamespace, register_namespace
+from normlab.precision.scaled.namespace import F32_MAX, ArrayNamespace, register_namespace
 from normlab.torch._fastround import round_elements
 from normlab.torch._import import torch
 from normlab.torch.quantize import quantize
@@ -26,7 +26,7 @@ __all__ = ["TORCH", "TorchNamespace"]
 
 
 class TorchNamespace(ArrayNamespace):
-    """[ArrayNamespace][normlab.precision.namespace.ArrayNamespace] on torch tensors.
+    """[ArrayNamespace][normlab.precision.scaled.namespace.ArrayNamespace] on torch tensors.
 
     Attributes
     ----------

@@ -3,8 +3,8 @@ r"""NVFP4 on tensors: E2M1 elements, E4M3 scales per block of 16, one float32 te
 Dimension letters: N the blocked axis (1-D blocks), R, C the last two axes (2-D blocks).
 
 Contract: [normlab.precision.nvfp4_quantize][] bit for bit, on any device, because both
-run [nvfp4_quantize_parts][normlab.precision.recipe_core.nvfp4_quantize_parts] (the
-two-level scales of [nvfp4_scales][normlab.precision.block_scales.nvfp4_scales], in
+run [nvfp4_quantize_parts][normlab.precision.scaled.arithmetic.nvfp4_quantize_parts] (the
+two-level scales of [nvfp4_scales][normlab.precision.scaled.block_scales.nvfp4_scales], in
 float32 as Transformer Engine's cast) through their array namespace; elements are rounded
 to nearest or stochastically (element i of x's flattened C order uses
 `splitmix64(seed + i)`, as [normlab.torch.quantize][]). This module validates arguments
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from normlab.precision import recipe_core as core
-from normlab.precision.nvfp4 import NVFP4Tensor, check_nvfp4_args
+from normlab.precision.scaled import arithmetic as core
+from normlab.precision.scaled.nvfp4 import NVFP4Tensor, check_nvfp4_args
 from normlab.torch._import import torch
 from normlab.torch.namespace import TORCH
 from normlab.torch.quantize import check_tensor

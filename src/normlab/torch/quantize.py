@@ -4,7 +4,7 @@ Dimension letters: N elements (the flattened C-order input).
 
 Contract: for float32 and float64 inputs the result is bit-identical to
 `normlab.precision.quantize(t.cpu().numpy(), ...)` in every mode, with the same special
-rules (see `normlab.precision.rounding`, whose algorithm this mirrors step by step):
+rules (see `normlab.precision.formats.rounding`, whose algorithm this mirrors step by step):
 the integer significand `s` of |x| loses `d = qe - (e - F)` low bits, the mode decides
 whether to add one, a carry renormalises, then overflow, infinity, NaN, zero and sign rules
 apply. Everything runs as torch tensor ops on int64 views of the bits, so one code path
@@ -21,7 +21,7 @@ second rounding.
 
 Stochastic rounding takes `random_bits` (an int64 tensor with the bits of NumPy's
 uint64 words) or `seed`: element i of the flattened tensor uses
-`splitmix64(seed + i)` ([normlab.precision.random_bits][]), on every device.
+`splitmix64(seed + i)` ([normlab.precision.formats.random_bits][]), on every device.
 float32 input to bf16, fp16, the fp8/fp6/fp4 formats (signed, with subnormals) takes the
 fast kernels of `normlab.torch._stochastic` (the same bits, a fraction of the passes);
 on the CPU large tensors are rounded in chunks, their words generated per chunk.
@@ -31,19 +31,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from normlab.precision.formats import (
-    BFLOAT16,
-    FLOAT8_E4M3FN,
-    FLOAT8_E5M2,
-    FLOAT16,
+from normlab.precision.formats.format import (
     Format,
 )
-from normlab.precision.modes import RoundingMode, check_mode
-from normlab.precision.random_bits import check_seed
+from normlab.precision.formats.modes import RoundingMode, check_mode
+from normlab.precision.formats.random_bits import check_seed
 from normlab.torch._cpuround import nearest_chunks, use_chunks
 from normlab.torch._import import torch
 from normlab.torch._stochastic import fast_kernel, round_chunked, splitmix64, stochastic_words
-from normlab.torch.formats import get_format
+from normlab.torch.formats import NATIVE_DTYPES, get_format, quiet_nan_where
 
 __all__ = ["quantize", "splitmix64", "stochastic_words"]
 
@@ -54,14 +50,6 @@ _INPUT = {
 }
 _WIDENED = (torch.bfloat16, torch.float16)
 _FINITE, _INF, _NAN = 0, 1, 2
-# Formats that are torch dtypes, whose float32 casts round to nearest even exactly as the
-# reference does for finite inputs; NaN bits and E4M3FN's saturating inf are fixed up.
-_NATIVE = {
-    BFLOAT16: torch.bfloat16,
-    FLOAT16: torch.float16,
-    FLOAT8_E4M3FN: torch.float8_e4m3fn,
-    FLOAT8_E5M2: torch.float8_e5m2,
-}
 _I64_MIN = -(2**63)
 
 
@@ -195,7 +183,7 @@ def _nearest_by_cast(x: torch.Tensor, fmt: Format, saturate: bool) -> torch.Tens
     One read-only pass (`aminmax`) decides whether a fix-up is needed at all.
     """
     src = x.clamp(-fmt.max, fmt.max) if saturate else x
-    y = src.to(_NATIVE[fmt]).to(torch.float32)
+    y = src.to(NATIVE_DTYPES[fmt]).to(torch.float32)
     # |x| above `limit` (or NaN) needs the fix-up; inf formats overflow to inf by the cast
     limit = float("inf")
     if not saturate and not fmt.has_infinity:
@@ -206,7 +194,7 @@ def _nearest_by_cast(x: torch.Tensor, fmt: Format, saturate: bool) -> torch.Tens
     if bool((hi <= limit) & (lo >= -limit)):
         return y
     bad = ~(x.abs() <= limit)  # NaN, and beyond the threshold
-    return torch.where(bad, torch.copysign(torch.tensor(float("nan")), x), y)
+    return quiet_nan_where(bad, x, y)
 
 
 def check_tensor(t: Any) -> torch.Tensor:
@@ -359,7 +347,7 @@ def quantize(
         return quantize(x.float(), fmt, rounding=mode, saturate=saturate, seed=seed,
                         random_bits=None if words is None else words.reshape(t.shape),
                         ).to(t.dtype)
-    if mode is RoundingMode.NEAREST and x.dtype == torch.float32 and fmt in _NATIVE:
+    if mode is RoundingMode.NEAREST and x.dtype == torch.float32 and fmt in NATIVE_DTYPES:
         if not torch.compiler.is_compiling():  # compiled: the fused bit path needs no checks
             return _nearest_by_cast(x, fmt, saturate)  # whole tensor (CUDA)
     x = x.contiguous()

@@ -1,4 +1,4 @@
-"""The training recipes of `QuantLinear`, re-exported from [normlab.precision.recipes][].
+"""The training recipes of `QuantLinear`, re-exported from [normlab.precision.scaled.recipes][].
 
 The recipes are framework-neutral settings and live in `normlab.precision` (one place for
 NumPy, torch and the training layer); this module keeps the import path
@@ -14,5 +14,5 @@ False
 
 from __future__ import annotations
 
-from normlab.precision.recipes import *  # noqa: F403  (the same classes, not copies)
-from normlab.precision.recipes import __all__  # noqa: F401
+from normlab.precision.scaled.recipes import *  # noqa: F403  (the same classes, not copies)
+from normlab.precision.scaled.recipes import __all__  # noqa: F401

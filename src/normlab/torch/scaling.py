@@ -2,12 +2,12 @@ r"""Per-tensor FP8 scaling on tensors: current scaling and delayed-scaling state
 
 Dimension letters: L amax history length.
 
-Contract: the NumPy recipes of [normlab.precision.fp8_scaling][] bit for bit, with every
+Contract: the NumPy recipes of [normlab.precision.scaled.fp8_scaling][] bit for bit, with every
 scalar kept as a 0-d tensor on the data's device (no host synchronisation). Both sides
-call the same functions through their array namespace: [normlab.precision.recipe_core][]
+call the same functions through their array namespace: [normlab.precision.scaled.arithmetic][]
 for the quantisation and the current scale,
-[delayed_update][normlab.precision.scales.delayed_update] and
-[record_amax][normlab.precision.scales.record_amax] for the delayed state. This module
+[delayed_update][normlab.precision.scaled.scales.delayed_update] and
+[record_amax][normlab.precision.scaled.scales.record_amax] for the delayed state. This module
 validates arguments and holds tensors.
 """
 
@@ -21,11 +21,11 @@ from typing import Any
 import numpy as np
 
 from normlab._validate import check_finite_real
-from normlab.precision import recipe_core as core
-from normlab.precision import scales
-from normlab.precision.formats import Format
-from normlab.precision.fp8_scaling import Fp8Tensor, checked_meta_state, current_scale_of
-from normlab.precision.recipes import DelayedScaling
+from normlab.precision.formats.format import Format
+from normlab.precision.scaled import arithmetic as core
+from normlab.precision.scaled import scales
+from normlab.precision.scaled.fp8_scaling import Fp8Tensor, checked_meta_state, current_scale_of
+from normlab.precision.scaled.recipes import DelayedScaling
 from normlab.torch._import import torch
 from normlab.torch.formats import get_format
 from normlab.torch.namespace import TORCH

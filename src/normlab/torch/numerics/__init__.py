@@ -45,7 +45,7 @@ from typing import Any
 import torch
 
 from normlab._validate import check_int
-from normlab.precision.recipes import Recipe, check_recipe
+from normlab.precision.scaled.recipes import Recipe, check_recipe
 from normlab.torch.numerics._hooks import attach, select
 from normlab.torch.numerics._log import InspectLog
 

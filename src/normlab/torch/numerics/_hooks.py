@@ -19,11 +19,11 @@ from typing import Any
 
 import torch
 
-from normlab.torch._plan import hf_conv1d_class
-from normlab.torch.nn import QuantLinear
 from normlab.torch.numerics._log import InspectLog
 from normlab.torch.numerics._quantizers import OperandQuantizer, operand_quantizer
 from normlab.torch.numerics._stats import raw_stats
+from normlab.torch.training._plan import hf_conv1d_class
+from normlab.torch.training.linear import QuantLinear
 
 __all__ = ["ROLES", "attach", "select"]
 

@@ -22,8 +22,8 @@ from typing import Any, TextIO
 
 import torch
 
-from normlab.torch.distributed import default_group
 from normlab.torch.numerics._stats import finish
+from normlab.torch.training.distributed import default_group
 
 __all__ = ["InspectLog"]
 

@@ -5,7 +5,7 @@ Contract: [operand_quantizer][normlab.torch.numerics._quantizers.operand_quantiz
 exactly as a converted layer's forward (x, W) or dgrad (dy) GEMM does, blocks along the last
 axis (the contraction axis of those GEMMs), and returns the dequantised values and the
 block scales. It asks the recipe for the operand's quantizer
-(`recipe.quantizer(role, 1)`, [normlab.precision.quantizers][]) and runs it through the
+(`recipe.quantizer(role, 1)`, [normlab.precision.scaled.quantizers][]) and runs it through the
 layer's own custom ops, so the inspected operand is the layer's bit for bit; nothing here
 looks at a recipe's class. Per-tensor scales come from the converted layer (delayed
 scaling: its current scale), from the operand's own amax (current scaling), or, in shadow
@@ -25,13 +25,13 @@ from typing import Any
 
 import torch
 
-from normlab.precision.formats import Format
-from normlab.precision.quantizers import Quantizer
-from normlab.precision.recipes import check_recipe
-from normlab.torch import _operand_ops as ops
-from normlab.torch._gemm import ROLES
+from normlab.precision.formats.format import Format
+from normlab.precision.scaled.quantizers import Quantizer
+from normlab.precision.scaled.recipes import check_recipe
 from normlab.torch.namespace import TORCH
 from normlab.torch.scaling import Fp8Meta
+from normlab.torch.training import _operand_ops as ops
+from normlab.torch.training._gemm import ROLES
 
 __all__ = ["OperandQuantizer", "Quantized", "operand_quantizer", "recipe_label"]
 
@@ -107,7 +107,7 @@ def operand_quantizer(recipe: Any, role: str, *, layer: Any = None) -> OperandQu
     Parameters
     ----------
     recipe : Recipe
-        A training recipe of [normlab.precision.recipes][].
+        A training recipe of [normlab.precision.scaled.recipes][].
     role : {"x", "w", "dy"}
         The GEMM operand: input, weight or output gradient.
     layer : QuantLinear or None, optional

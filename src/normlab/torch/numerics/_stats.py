@@ -39,8 +39,8 @@ from typing import Any
 
 import torch
 
-from normlab.precision import blocks
-from normlab.precision.formats import Format
+from normlab.precision.formats.format import Format
+from normlab.precision.scaled import tiling as blocks
 from normlab.torch.namespace import TORCH
 from normlab.torch.numerics._quantizers import Quantized
 
