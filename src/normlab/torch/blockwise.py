@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from normlab._moved import renamed_arguments
 from normlab.precision.scaled.blockwise import BlockwiseTensor, blockwise_tensor
 from normlab.torch._import import torch
 from normlab.torch.formats import get_format
@@ -24,19 +25,20 @@ from normlab.torch.quantize import check_tensor
 __all__ = ["BlockwiseTensor", "blockwise_quantize"]
 
 
+@renamed_arguments(t="x")
 def blockwise_quantize(
-    t: torch.Tensor,
+    x: torch.Tensor,
     fmt: Any = "e4m3",
     *,
     block_shape: tuple[int, ...] = (1, 128),
     power_of_2_scales: bool = False,
     amax_epsilon: float = 0.0,
 ) -> BlockwiseTensor:
-    """Quantise `t` to FP8 with one float32 scale per block (formulas in the NumPy twin).
+    """Quantise `x` to FP8 with one float32 scale per block (formulas in the NumPy twin).
 
     Parameters
     ----------
-    t : torch.Tensor
+    x : torch.Tensor
         float32, float64, bfloat16 or float16 (bfloat16 and float16 keep their own overflow
         value, as TE), with at least `len(block_shape)` axes.
     fmt : Format, str or torch.dtype, optional
@@ -51,12 +53,12 @@ def blockwise_quantize(
     Returns
     -------
     q : BlockwiseTensor
-        On `t`'s device, equal to the NumPy twin's arrays bit for bit.
+        On `x`'s device, equal to the NumPy twin's arrays bit for bit.
 
     Raises
     ------
     TypeError, ValueError
-        As the NumPy twin (and for a non-tensor `t`).
+        As the NumPy twin (and for a non-tensor `x`).
 
     Examples
     --------
@@ -64,6 +66,6 @@ def blockwise_quantize(
     >>> q.data.tolist()
     [[112.0, -224.0, 56.0, 448.0]]
     """
-    t = check_tensor(t)
-    return blockwise_tensor(t.detach(), get_format(fmt), block_shape, power_of_2_scales,
+    x = check_tensor(x)
+    return blockwise_tensor(x.detach(), get_format(fmt), block_shape, power_of_2_scales,
                             amax_epsilon, xp=TORCH)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from normlab._moved import renamed_arguments
 from normlab.precision.formats.format import (
     BFLOAT16,
     FLOAT8_E4M3FN,
@@ -46,12 +47,13 @@ def quiet_nan_where(bad: torch.Tensor, x: torch.Tensor, out: torch.Tensor) -> to
     return torch.where(bad, torch.copysign(nan, x), out)
 
 
-def get_format(fmt: Any) -> Format:
+@renamed_arguments(fmt="name_or_format")
+def get_format(name_or_format: Any) -> Format:
     """Return the [Format][normlab.precision.Format] for a torch dtype, name or `Format`.
 
     Parameters
     ----------
-    fmt : torch.dtype, Format, str or numpy/ml_dtypes dtype
+    name_or_format : torch.dtype, Format, str or numpy/ml_dtypes dtype
         torch float dtypes up to 32 bits: float32, bfloat16, float16, the float8 types
         (e4m3fn, e5m2, e8m0fnu; the fnuz types once the format table has them) and
         float4_e2m1fn_x2 (the element format).
@@ -74,6 +76,7 @@ def get_format(fmt: Any) -> Format:
     >>> get_format(torch.float8_e4m3fn).max
     448.0
     """
-    if isinstance(fmt, torch.dtype) and not fmt.is_floating_point:
-        raise ValueError(f"fmt {fmt} is not a float dtype; pass a float dtype or a Format")
-    return _get_format(fmt)
+    if isinstance(name_or_format, torch.dtype) and not name_or_format.is_floating_point:
+        raise ValueError(f"name_or_format {name_or_format} is not a float dtype; pass a "
+                         "float dtype or a Format")
+    return _get_format(name_or_format)

@@ -14,6 +14,7 @@ NVFP4", 2025, sec. 4.2.
 
 from __future__ import annotations
 
+from normlab._moved import renamed_arguments
 from normlab.precision.scaled.hadamard import rht_apply, rht_axis, rht_matrix
 from normlab.torch._import import torch
 from normlab.torch.namespace import TORCH
@@ -23,9 +24,10 @@ __all__ = ["inverse_random_hadamard_transform", "random_hadamard_transform"]
 
 
 def _apply(t: torch.Tensor, block: int, seed: int, axis: int, inverse: bool) -> torch.Tensor:
-    t = check_tensor(t)
+    t = check_tensor(t, "y" if inverse else "x")
     if t.dim() < 1:
-        raise ValueError(f"x must have at least one dimension; got shape {tuple(t.shape)}")
+        raise ValueError(f"{'y' if inverse else 'x'} must have at least one dimension; got "
+                         f"shape {tuple(t.shape)}")
     m = rht_matrix(block, seed, inverse=inverse)  # b,b float64, the NumPy side's matrix
     ax = rht_axis(tuple(t.shape), block, axis)
     work = TORCH.work(t.detach())
@@ -33,14 +35,15 @@ def _apply(t: torch.Tensor, block: int, seed: int, axis: int, inverse: bool) -> 
                      xp=TORCH)
 
 
-def random_hadamard_transform(t: torch.Tensor, block: int = 16, *, seed: int,
+@renamed_arguments(t="x")
+def random_hadamard_transform(x: torch.Tensor, block: int = 16, *, seed: int,
                               axis: int = -1) -> torch.Tensor:
     """`x D H / sqrt(b)` in blocks of `block` along `axis` (see the module header).
 
     Parameters
     ----------
-    t : torch.Tensor
-        Float tensor; `t.shape[axis]` a multiple of `block`.
+    x : torch.Tensor
+        Float tensor; `x.shape[axis]` a multiple of `block`.
     block : int, optional
         The block size b, a power of two (16 in the NVFP4 recipe). Default 16.
     seed : int
@@ -51,7 +54,7 @@ def random_hadamard_transform(t: torch.Tensor, block: int = 16, *, seed: int,
     Returns
     -------
     y : torch.Tensor
-        The dtype of `t` (float32 for float16/bfloat16 input), its shape, on its device.
+        The dtype of `x` (float32 for float16/bfloat16 input), its shape, on its device.
 
     Raises
     ------
@@ -67,10 +70,11 @@ def random_hadamard_transform(t: torch.Tensor, block: int = 16, *, seed: int,
     >>> y.abs().tolist()
     [0.5, 0.5, 0.5, 0.5]
     """
-    return _apply(t, block, seed, axis, inverse=False)
+    return _apply(x, block, seed, axis, inverse=False)
 
 
-def inverse_random_hadamard_transform(t: torch.Tensor, block: int = 16, *, seed: int,
+@renamed_arguments(t="y")
+def inverse_random_hadamard_transform(y: torch.Tensor, block: int = 16, *, seed: int,
                                       axis: int = -1) -> torch.Tensor:
     """The inverse `(y H / sqrt(b)) * d` of the transform, with the same seed.
 
@@ -84,4 +88,4 @@ def inverse_random_hadamard_transform(t: torch.Tensor, block: int = 16, *, seed:
     >>> bool((inverse_random_hadamard_transform(y, seed=7) == x).all())
     True
     """
-    return _apply(t, block, seed, axis, inverse=True)
+    return _apply(y, block, seed, axis, inverse=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from normlab._moved import renamed_arguments
 from normlab.precision.scaled.mx import MXTensor, mx_tensor
 from normlab.precision.scaled.recipe_formats import mx_element_format
 from normlab.torch._import import torch
@@ -23,8 +24,9 @@ from normlab.torch.quantize import check_tensor
 __all__ = ["MXTensor", "mx_quantize"]
 
 
+@renamed_arguments(t="x")
 def mx_quantize(
-    t: torch.Tensor,
+    x: torch.Tensor,
     elem_format: Any = "e4m3",
     *,
     block_size: int = 32,
@@ -32,14 +34,14 @@ def mx_quantize(
     scale_rule: str = "ocp",
     pad: bool = False,
 ) -> MXTensor:
-    r"""Quantise `t` to MX: one E8M0 scale per `block_size` elements along `axis`.
+    r"""Quantise `x` to MX: one E8M0 scale per `block_size` elements along `axis`.
 
     $P_i = \mathrm{sat\_round}(V_i / 2^e)$ with e from the block amax by `scale_rule`
     (NumPy twin [normlab.precision.mx_quantize][], equal bit for bit).
 
     Parameters
     ----------
-    t : torch.Tensor
+    x : torch.Tensor
         float32, float64, bfloat16 or float16, at least one dimension.
     elem_format : Format, str or torch.dtype, optional
         The element format, or `"int8"` for MXINT8. Default `"e4m3"`.
@@ -55,7 +57,7 @@ def mx_quantize(
     Returns
     -------
     q : MXTensor
-        On `t`'s device.
+        On `x`'s device.
 
     Raises
     ------
@@ -68,9 +70,9 @@ def mx_quantize(
     >>> q.scale_codes.tolist(), q.elements.tolist()
     ([127], [1.0, 3.0, 0.5, -6.0])
     """
-    t = check_tensor(t)
-    if t.dim() < 1:
-        raise ValueError(f"t must have at least one dimension; got shape {tuple(t.shape)}")
+    x = check_tensor(x)
+    if x.dim() < 1:
+        raise ValueError(f"x must have at least one dimension; got shape {tuple(x.shape)}")
     fmt = (mx_element_format(elem_format) if isinstance(elem_format, str)
            else get_format(elem_format))
-    return mx_tensor(t.detach(), fmt, block_size, axis, scale_rule, pad, xp=TORCH)
+    return mx_tensor(x.detach(), fmt, block_size, axis, scale_rule, pad, xp=TORCH)

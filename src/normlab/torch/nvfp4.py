@@ -16,11 +16,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
+from normlab._moved import renamed_arguments
 from normlab.precision.scaled import arithmetic as core
 from normlab.precision.scaled.nvfp4 import NVFP4Tensor, check_nvfp4_args
 from normlab.torch._import import torch
 from normlab.torch.namespace import TORCH
-from normlab.torch.quantize import check_tensor
+from normlab.torch.quantize import check_tensor, seed_from_rng
 
 __all__ = ["NVFP4Tensor", "nvfp4_fake_quantize", "nvfp4_quantize"]
 
@@ -31,7 +34,7 @@ def _checked(t: Any, axis: Any, block_shape: Any, rounding: Any,
     None for max |t|)."""
     t = check_tensor(t)
     if t.dim() < 1:
-        raise ValueError(f"t must have at least one dimension; got shape {tuple(t.shape)}")
+        raise ValueError(f"x must have at least one dimension; got shape {tuple(t.shape)}")
     given = tensor_amax if isinstance(tensor_amax, torch.Tensor) else None  # taken as is
     ax, block, v = check_nvfp4_args(t.dim(), axis, block_shape, rounding,
                                     None if given is not None else tensor_amax)
@@ -43,21 +46,23 @@ def _checked(t: Any, axis: Any, block_shape: Any, rounding: Any,
     return t, ax, block, amax_t
 
 
+@renamed_arguments(t="x")
 def nvfp4_quantize(
-    t: torch.Tensor,
+    x: torch.Tensor,
     *,
     axis: int = -1,
     block_shape: tuple[int, int] | None = None,
     rounding: str = "nearest",
+    rng: np.random.Generator | None = None,
     tensor_amax: Any = None,
     seed: int | None = None,
     random_bits: torch.Tensor | None = None,
 ) -> NVFP4Tensor:
-    """Quantise `t` to NVFP4 (two-level scaling; formulas in the module header).
+    """Quantise `x` to NVFP4 (two-level scaling; formulas in the module header).
 
     Parameters
     ----------
-    t : torch.Tensor
+    x : torch.Tensor
         Float tensor, at least 1-D (2-D for `block_shape=(16, 16)`).
     axis : int, optional
         The blocked axis of 1-D blocks (-1, the default, with 2-D blocks).
@@ -66,17 +71,19 @@ def nvfp4_quantize(
     rounding : {"nearest", "stochastic"}, optional
         How the elements are rounded (the scales always round to nearest). Default
         "nearest".
+    rng : numpy.random.Generator, optional
+        Randomness for "stochastic": one seed drawn as the NumPy twin draws it (see
+        [quantize][normlab.torch.quantize]).
     tensor_amax : float or torch.Tensor, optional
         A float >= 0 or a 0-d tensor (e.g. all-reduced over ranks); None (the default)
-        takes `max |t|`.
+        takes `max |x|`.
     seed, random_bits : int or torch.Tensor, optional
-        Randomness for "stochastic", exactly one of them (see
-        [quantize][normlab.torch.quantize]).
+        Randomness for "stochastic": exactly one of `rng`, `seed` and `random_bits`.
 
     Returns
     -------
     q : NVFP4Tensor
-        On the device of `t`, equal to the NumPy twin
+        On the device of `x`, equal to the NumPy twin
         [normlab.precision.nvfp4_quantize][] bit for bit.
 
     Raises
@@ -92,9 +99,10 @@ def nvfp4_quantize(
     >>> q.block_scales.tolist(), q.elements[:4].tolist()
     ([448.0], [0.0, 0.5, 1.0, 1.0])
     """
-    t, ax, block, amax_t = _checked(t, axis, block_shape, rounding, tensor_amax)
+    x, ax, block, amax_t = _checked(x, axis, block_shape, rounding, tensor_amax)
+    seed = seed_from_rng(rounding == "stochastic", rng, seed, random_bits, x)
     elems, scales, s_dec = core.nvfp4_quantize_parts(
-        t.detach(), block=block, axis=ax, amax_tensor=amax_t, rounding=rounding, seed=seed,
+        x.detach(), block=block, axis=ax, amax_tensor=amax_t, rounding=rounding, seed=seed,
         random_bits=random_bits, xp=TORCH)
     return NVFP4Tensor(elems, scales, s_dec, block, ax)
 

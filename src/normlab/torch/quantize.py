@@ -31,11 +31,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
+from normlab._moved import renamed_arguments
 from normlab.precision.formats.format import (
     Format,
 )
 from normlab.precision.formats.modes import RoundingMode, check_mode
-from normlab.precision.formats.random_bits import check_seed
+from normlab.precision.formats.random_bits import check_seed, stochastic_source
 from normlab.torch._cpuround import nearest_chunks, use_chunks
 from normlab.torch._import import torch
 from normlab.torch._stochastic import fast_kernel, round_chunked, splitmix64, stochastic_words
@@ -197,19 +200,34 @@ def _nearest_by_cast(x: torch.Tensor, fmt: Format, saturate: bool) -> torch.Tens
     return quiet_nan_where(bad, x, y)
 
 
-def check_tensor(t: Any) -> torch.Tensor:
-    """`t` if it is a tensor of float32, float64, bfloat16 or float16, else TypeError."""
-    if not isinstance(t, torch.Tensor):
+def check_tensor(x: Any, name: str = "x") -> torch.Tensor:
+    """`x` if it is a tensor of float32, float64, bfloat16 or float16, else TypeError."""
+    if not isinstance(x, torch.Tensor):
         raise TypeError(
-            f"t must be a torch.Tensor; got {type(t).__name__}. For NumPy arrays use "
+            f"{name} must be a torch.Tensor; got {type(x).__name__}. For NumPy arrays use "
             "normlab.precision.quantize."
         )
-    if t.dtype not in _INPUT and t.dtype not in _WIDENED:
+    if x.dtype not in _INPUT and x.dtype not in _WIDENED:
         raise TypeError(
-            "t must have dtype float32, float64, bfloat16 or float16; got "
-            f"{t.dtype}. Convert it first, e.g. t.float()."
+            f"{name} must have dtype float32, float64, bfloat16 or float16; got "
+            f"{x.dtype}. Convert it first, e.g. {name}.float()."
         )
-    return t
+    return x
+
+
+def seed_from_rng(stochastic: bool, rng: Any, seed: Any, random_bits: Any,
+                  x: torch.Tensor) -> Any:
+    """`seed`, or the seed a NumPy Generator `rng` draws, as the NumPy twin draws it.
+
+    With `rng`, the NumPy rules apply through
+    [stochastic_source][normlab.precision.formats.random_bits.stochastic_source]: another
+    source beside it is a ValueError, a non-Generator a TypeError, and one seed
+    `rng.integers(0, 2**63)` is drawn in the stochastic mode only.
+    """
+    if rng is None:
+        return seed
+    drawn, _ = stochastic_source(stochastic, rng, seed, random_bits, tuple(x.shape))
+    return drawn
 
 
 def _check_randomness(
@@ -226,7 +244,7 @@ def _check_randomness(
     if len(given) > 1 or (mode is RoundingMode.STOCHASTIC and not given):
         raise ValueError(
             "stochastic rounding needs exactly one source of randomness: seed= (an int in "
-            "[0, 2**64)) or random_bits= (int64 words of t's shape); got "
+            "[0, 2**64)) or random_bits= (int64 words of x's shape); got "
             f"{given or 'none'}"
         )
     if mode is not RoundingMode.STOCHASTIC:
@@ -247,7 +265,7 @@ def _check_randomness(
             )
         if random_bits.shape != t.shape:
             raise ValueError(
-                f"random_bits must have t's shape {tuple(t.shape)}; got "
+                f"random_bits must have x's shape {tuple(t.shape)}; got "
                 f"{tuple(random_bits.shape)}"
             )
         return None, random_bits.to(t.device).contiguous().view(torch.int64).reshape(-1)
@@ -274,16 +292,18 @@ def _stochastic(
     return round_chunked(x, bit_path, seed, words)
 
 
+@renamed_arguments(t="x")
 def quantize(
-    t: Any,
+    x: Any,
     fmt: Any,
     *,
     rounding: RoundingMode | str = "nearest",
     saturate: bool = False,
+    rng: np.random.Generator | None = None,
     seed: int | None = None,
     random_bits: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Round a tensor to the values of `fmt`; the result keeps t's dtype, shape and device.
+    """Round a tensor to the values of `fmt`; the result keeps x's dtype, shape and device.
 
     Formula: `q = (-1)^s * n * 2^qe` with `qe = max(floor(log2|x|), emin) - m` and n the
     rounded significand; every mode and special case as [normlab.precision.quantize][]
@@ -291,7 +311,7 @@ def quantize(
 
     Parameters
     ----------
-    t : torch.Tensor
+    x : torch.Tensor
         Float32, float64, bfloat16 or float16, any shape and device.
     fmt : Format, str or torch.dtype
         A format, its name or a torch dtype (see [normlab.torch.get_format][]).
@@ -300,25 +320,30 @@ def quantize(
         "toward_positive", "toward_negative", or a `RoundingMode`.
     saturate : bool, optional
         Overflow and infinities become +-max instead of inf/NaN.
+    rng : numpy.random.Generator, optional
+        Stochastic mode: one seed `rng.integers(0, 2**63)` is drawn on the host, then used
+        as `seed`, as the NumPy twin does (the same Generator state gives the same bits);
+        the deterministic modes accept an `rng` without drawing from it.
     seed : int in [0, 2^64), optional
         Stochastic mode: element i of the flattened C-order tensor uses
         `splitmix64((seed + i) mod 2^64)`, as the NumPy side does, on every device.
-    random_bits : Tensor of int64 with t's shape, optional
+    random_bits : Tensor of int64 with x's shape, optional
         Stochastic mode: explicit words (the bits of uint64 words; uint64 tensors are
-        accepted too). The stochastic mode needs exactly one of `seed` and
-        `random_bits`; the deterministic modes refuse either (ValueError, as the NumPy
-        twin); both is an error.
+        accepted too). The stochastic mode needs exactly one of `rng`, `seed` and
+        `random_bits`; the deterministic modes refuse `seed` and `random_bits` (ValueError,
+        as the NumPy twin); more than one is an error.
 
     Returns
     -------
     q : torch.Tensor
-        The dtype, shape and device of `t`, detached (see
+        The dtype, shape and device of `x`, detached (see
         [quantize_ste][normlab.torch.quantize_ste] for autograd).
 
     Raises
     ------
     TypeError
-        t not a tensor of a supported dtype; seed not an int; random_bits not int64.
+        x not a tensor of a supported dtype; rng not a Generator; seed not an int;
+        random_bits not int64.
     ValueError
         Unknown format or mode; stochastic without randomness, or with both sources;
         seed outside [0, 2^64); random_bits of another shape.
@@ -334,25 +359,26 @@ def quantize(
     >>> quantize(torch.tensor([1.0 + 2**-8]), "bf16")
     tensor([1.])
     """
-    t = check_tensor(t)
+    x = check_tensor(x)
     fmt = get_format(fmt)
     mode = check_mode(rounding)
     if not isinstance(saturate, bool):
         raise TypeError(f"saturate must be a bool; got {saturate!r}")
-    seed, words = _check_randomness(mode, seed, random_bits, t)
-    x = t.detach()
+    seed = seed_from_rng(mode is RoundingMode.STOCHASTIC, rng, seed, random_bits, x)
+    seed, words = _check_randomness(mode, seed, random_bits, x)
+    x = x.detach()
     if mode is RoundingMode.NEAREST and x.dtype != torch.float64 and use_chunks(x, fmt):
         return nearest_chunks(x, fmt, saturate)  # CPU, large enough: same bits, faster
     if x.dtype in _WIDENED:
         return quantize(x.float(), fmt, rounding=mode, saturate=saturate, seed=seed,
-                        random_bits=None if words is None else words.reshape(t.shape),
-                        ).to(t.dtype)
+                        random_bits=None if words is None else words.reshape(x.shape),
+                        ).to(x.dtype)
     if mode is RoundingMode.NEAREST and x.dtype == torch.float32 and fmt in NATIVE_DTYPES:
         if not torch.compiler.is_compiling():  # compiled: the fused bit path needs no checks
             return _nearest_by_cast(x, fmt, saturate)  # whole tensor (CUDA)
     x = x.contiguous()
     if mode is RoundingMode.STOCHASTIC:
-        return _stochastic(x, fmt, saturate, seed, words).reshape(t.shape)
+        return _stochastic(x, fmt, saturate, seed, words).reshape(x.shape)
     sign, n, qe, kind, _, s = _components(x, fmt, mode, None)
     parts = _specials(fmt, mode, saturate, sign, n, qe, kind, (s > 0) | (kind != _FINITE))
-    return _assemble(*parts, x.dtype).reshape(t.shape)
+    return _assemble(*parts, x.dtype).reshape(x.shape)

@@ -20,10 +20,12 @@ from typing import Any
 
 import numpy as np
 
+from normlab._moved import renamed_arguments
 from normlab._validate import check_finite_real
 from normlab.precision.formats.format import Format
 from normlab.precision.scaled import arithmetic as core
 from normlab.precision.scaled import scales
+from normlab.precision.scaled.fp8_scaling import Fp8Meta as NumpyFp8Meta
 from normlab.precision.scaled.fp8_scaling import Fp8Tensor, checked_meta_state, current_scale_of
 from normlab.precision.scaled.recipes import DelayedScaling
 from normlab.torch._import import torch
@@ -58,12 +60,13 @@ def _fp8_tensor(t: torch.Tensor, fmt: Format, scale: torch.Tensor) -> Fp8Tensor:
     return Fp8Tensor(data, scale.to(torch.float32), inv, fmt, amax)
 
 
-def fp8_quantize(t: torch.Tensor, fmt: Any, scale: Any) -> Fp8Tensor:
-    """`sat_round(t * scale)` with `t * scale` in float32 (float64 input: float64).
+@renamed_arguments(t="x")
+def fp8_quantize(x: torch.Tensor, fmt: Any, scale: Any) -> Fp8Tensor:
+    """`sat_round(x * scale)` with `x * scale` in float32 (float64 input: float64).
 
     Parameters
     ----------
-    t : torch.Tensor
+    x : torch.Tensor
         float32, float64, bfloat16 or float16.
     fmt : Format, str or torch.dtype
         The FP8 format.
@@ -73,30 +76,31 @@ def fp8_quantize(t: torch.Tensor, fmt: Any, scale: Any) -> Fp8Tensor:
     Returns
     -------
     q : Fp8Tensor
-        Equal to [normlab.precision.fp8_quantize][] on `t.cpu().numpy()`.
+        Equal to [normlab.precision.fp8_quantize][] on `x.cpu().numpy()`.
 
     Examples
     --------
     >>> fp8_quantize(torch.tensor([1.0, 1000.0]), "e4m3", 1.0).data.tolist()
     [1.0, 448.0]
     """
-    t = check_tensor(t)
-    return _fp8_tensor(t.detach(), get_format(fmt), _scale_tensor(scale, t.device))
+    x = check_tensor(x)
+    return _fp8_tensor(x.detach(), get_format(fmt), _scale_tensor(scale, x.device))
 
 
-def quantize_current_scaling(t: torch.Tensor, fmt: Any = "e4m3", *, margin: int = 0,
+@renamed_arguments(t="x")
+def quantize_current_scaling(x: torch.Tensor, fmt: Any = "e4m3", *, margin: int = 0,
                              amax_epsilon: float = 0.0, power_of_2_scales: bool = False,
                              axis: int | None = None) -> Fp8Tensor:
     r"""Current scaling: the scale comes from this tensor's own amax (or each slice's).
 
-    $a = \max(\mathrm{amax}(t), \epsilon)$, $s = m_{fp8} \cdot 2^{-\mathrm{margin}} / a$
+    $a = \max(\mathrm{amax}(x), \epsilon)$, $s = m_{fp8} \cdot 2^{-\mathrm{margin}} / a$
     (1 when $a$ is 0, inf or NaN), rounded down to a power of two with
     `power_of_2_scales` (Transformer Engine `Float8CurrentScaling`; NumPy twin
     [normlab.precision.quantize_current_scaling][], equal bit for bit).
 
     Parameters
     ----------
-    t : torch.Tensor
+    x : torch.Tensor
         float32, float64, bfloat16 or float16.
     fmt : Format, str or torch.dtype, optional
         Default `"e4m3"`.
@@ -113,7 +117,7 @@ def quantize_current_scaling(t: torch.Tensor, fmt: Any = "e4m3", *, margin: int 
     Returns
     -------
     q : Fp8Tensor
-        Data and scales on `t`'s device.
+        Data and scales on `x`'s device.
 
     Raises
     ------
@@ -126,17 +130,19 @@ def quantize_current_scaling(t: torch.Tensor, fmt: Any = "e4m3", *, margin: int 
     >>> q.scale.item(), q.data.tolist()
     (224.0, [112.0, -448.0])
     """
-    x, f = check_tensor(t).detach(), get_format(fmt)
+    x, f = check_tensor(x).detach(), get_format(fmt)
     return _fp8_tensor(x, f, current_scale_of(x, f, margin, amax_epsilon, power_of_2_scales,
                                               axis=axis, xp=TORCH))
 
 
 @dataclass
-class Fp8Meta:
+class Fp8Meta(NumpyFp8Meta):
     """Delayed-scaling state of one tensor on a device: amax history (L,), scale, scale_inv.
 
-    The NumPy [Fp8Meta][normlab.precision.Fp8Meta] with tensors: the same recipe, the same
-    quantize and update functions, equal bit for bit; nothing leaves the device.
+    The NumPy [Fp8Meta][normlab.precision.Fp8Meta] with tensors: a subclass of it (one
+    class of delayed-scaling state: the same settings, checks, state-dict keys and
+    update functions, equal bit for bit), whose state lives on a device and never leaves
+    it.
 
     Attributes
     ----------
@@ -167,24 +173,24 @@ class Fp8Meta:
     recipe: DelayedScaling
     role: str = "forward"
     device: Any = None
-    amax_history: torch.Tensor = field(init=False)
-    scale: torch.Tensor = field(init=False)
-    scale_inv: torch.Tensor = field(init=False)
+    # the same state as the NumPy class, held as tensors on `device`
+    amax_history: torch.Tensor = field(init=False)  # type: ignore[assignment]
+    scale: torch.Tensor = field(init=False)  # type: ignore[assignment]
+    scale_inv: torch.Tensor = field(init=False)  # type: ignore[assignment]
     fmt: Format = field(init=False)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.recipe, DelayedScaling):
-            raise TypeError(f"recipe must be a DelayedScaling; got {type(self.recipe).__name__}")
-        self.fmt = self.recipe.format_for(self.role)
+        super().__post_init__()  # the recipe's check and the format of the role
         dev = torch.device("cpu") if self.device is None else torch.device(self.device)
         self.amax_history = torch.zeros(self.recipe.amax_history_len, dtype=torch.float32,
                                         device=dev)  # L
         self.scale = torch.ones((), dtype=torch.float32, device=dev)
         self.scale_inv = torch.ones((), dtype=torch.float32, device=dev)
 
-    def quantize(self, t: torch.Tensor) -> Fp8Tensor:
-        """Quantise with the current scale and record amax(t) into history slot 0."""
-        q = fp8_quantize(t, self.fmt, self.scale)
+    @renamed_arguments(t="x")
+    def quantize(self, x: torch.Tensor) -> Fp8Tensor:
+        """Quantise with the current scale and record amax(x) into history slot 0."""
+        q = fp8_quantize(x, self.fmt, self.scale)
         amax = q.amax.to(self.amax_history.device)
         self.amax_history = scales.record_amax(self.amax_history, amax, xp=TORCH)
         return q

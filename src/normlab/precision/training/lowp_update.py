@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from normlab._moved import renamed_arguments
 from normlab._validate import (
     as_float_array,
     check_generator,
@@ -54,18 +55,20 @@ def kahan_add(w: Any, delta: Any, c: Any, rnd: Callable[[Any], Any]) -> tuple[An
 class LowPrecisionUpdater:
     """Update weights stored in `fmt` itself (no master copy): `w <- round(w + delta)`.
 
-    Modes: `"nearest"` (ties to even: updates below half an ulp of w are lost),
-    `"stochastic"` (unbiased: E[round(w + d)] = w + d; needs `rng`), `"kahan"`
-    (compensated: `y = d - c; s = w + y; c = (s - w) - y; w = s`, every operation rounded
-    to fmt and the compensation `c` stored in fmt, one buffer per weight array;
-    Zamirai et al. 2020). `w + delta` is formed in float64 and rounded once.
+    Roundings (`param_rounding`, the name [normlab.torch.AdamW][] uses too): `"nearest"`
+    (ties to even: updates below half an ulp of w are lost), `"stochastic"` (unbiased:
+    E[round(w + d)] = w + d; needs `rng`), `"kahan"` (compensated:
+    `y = d - c; s = w + y; c = (s - w) - y; w = s`, every operation rounded to fmt and the
+    compensation `c` stored in fmt, one buffer per weight array; Zamirai et al. 2020).
+    `w + delta` is formed in float64 and rounded once.
 
     Parameters
     ----------
     fmt : Format or str
         The storage format of the weights.
-    mode : {"nearest", "stochastic", "kahan"}
-        How each update is rounded (see above).
+    param_rounding : {"nearest", "stochastic", "kahan"}
+        How each update is rounded (see above). Default `"nearest"`. (The keyword was
+        `mode` before; `mode=` still works, with a DeprecationWarning.)
     rng : numpy.random.Generator, optional
         The randomness of `"stochastic"` (required there).
 
@@ -73,8 +76,10 @@ class LowPrecisionUpdater:
     ----------
     fmt : Format
         The storage format.
+    param_rounding : str
+        How each update is rounded.
     mode : str
-        The rounding mode.
+        The same as `param_rounding` (its old name, read-only).
     rng : numpy.random.Generator or None
         The randomness of `"stochastic"`.
 
@@ -86,17 +91,24 @@ class LowPrecisionUpdater:
     [1.0078125]
     """
 
-    def __init__(self, fmt: Format | str, mode: str = "nearest",
+    @renamed_arguments(mode="param_rounding")
+    def __init__(self, fmt: Format | str, param_rounding: str = "nearest",
                  rng: np.random.Generator | None = None) -> None:
         self.fmt = get_format(fmt)
-        if mode not in _UPDATE_MODES:
-            raise ValueError(f"mode must be one of {_UPDATE_MODES}; got {mode!r}")
-        if mode == "stochastic" or rng is not None:
+        if param_rounding not in _UPDATE_MODES:
+            raise ValueError(f"param_rounding must be one of {_UPDATE_MODES}; "
+                             f"got {param_rounding!r}")
+        if param_rounding == "stochastic" or rng is not None:
             check_generator(rng)
-        self.mode, self.rng = mode, rng
+        self.param_rounding, self.rng = param_rounding, rng
         # id(weights) -> (weights, compensation); insertion order numbers the buffers
         self._comp: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._pending: list[np.ndarray] = []  # loaded buffers not yet bound to an array
+
+    @property
+    def mode(self) -> str:
+        """`param_rounding` under its old name."""
+        return self.param_rounding
 
     def _q(self, x: np.ndarray, rounding: str = "nearest") -> np.ndarray:
         return quantize(x, self.fmt, rounding=rounding, rng=self.rng)
@@ -129,20 +141,20 @@ class LowPrecisionUpdater:
         d = as_float_array(delta, "delta")
         check_shape(d, w.shape, "delta", "the shape of weights")
         w64, d64 = w.astype(np.float64), d.astype(np.float64)
-        if self.mode == "kahan":
+        if self.param_rounding == "kahan":
             c = self.compensation(weights)
             new, c[...] = kahan_add(w64, d64, c, self._q)
         else:
-            new = self._q(w64 + d64, self.mode)
+            new = self._q(w64 + d64, self.param_rounding)
         weights[...] = new.astype(weights.dtype)
 
     def state_dict(self) -> dict[str, Any]:
-        """`{"mode", "format", "compensation.k": float64 buffer k}` (copies, flat).
+        """`{"param_rounding", "format", "compensation.k": float64 buffer k}` (copies, flat).
 
         Buffers are numbered in the order their arrays were first updated; buffers loaded
         but not yet bound keep their numbers after the bound ones.
         """
-        state: dict[str, Any] = {"mode": self.mode, "format": self.fmt.name}
+        state: dict[str, Any] = {"param_rounding": self.param_rounding, "format": self.fmt.name}
         buffers = [c for _, c in self._comp.values()] + self._pending
         for k, c in enumerate(buffers):
             state[f"compensation.{k}"] = c.copy()
@@ -155,7 +167,8 @@ class LowPrecisionUpdater:
         `weights`: the arrays the buffers belong to, in their numbering order (checked now);
         without it, buffer k goes to the k-th new array passed to
         [apply][normlab.precision.LowPrecisionUpdater.apply] (checked then), which is the order
-        of an identical training loop. Mode and format must match this updater's. Everything is
+        of an identical training loop. Rounding and format must match this updater's (a state
+        saved before the rename holds the rounding under `"mode"`: accepted). Everything is
         checked before anything is replaced.
 
         Raises
@@ -164,14 +177,15 @@ class LowPrecisionUpdater:
             on a missing, unexpected or mismatching entry.
         """
         check_mapping(state, "state", "a LowPrecisionUpdater state dict")
-        for key, mine in (("mode", self.mode), ("format", self.fmt.name)):
+        rounding = "mode" if "mode" in state and "param_rounding" not in state else "param_rounding"
+        for key, mine in ((rounding, self.param_rounding), ("format", self.fmt.name)):
             got = scalar_item(state.get(key), f"state[{key!r}]")
             if got != mine:
                 raise ValueError(f"state[{key!r}] must be {mine!r} (this updater's); got {got!r}")
         n = len(state) - 2
-        expected = {"mode", "format", *(f"compensation.{k}" for k in range(n))}
+        expected = {rounding, "format", *(f"compensation.{k}" for k in range(n))}
         if set(state) != expected:
-            raise ValueError(f"state keys must be 'mode', 'format' and compensation.0.."
+            raise ValueError(f"state keys must be {rounding!r}, 'format' and compensation.0.."
                              f"compensation.{n - 1}; got {sorted(map(str, state))}")
         buffers = [
             np.array(as_float_array(state[f"compensation.{k}"], f"state['compensation.{k}']"),
