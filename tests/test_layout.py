@@ -38,7 +38,7 @@ MOVED_PRECISION = {
     "operand_pass": "operands.one_pass", "loss_scaling": "training.loss_scaling",
     "_scaler_ops": "training._scaler_ops", "master_weights": "training.master_weights",
     "mixed": "training.mixed_step", "lowp_update": "training.lowp_update",
-    "matmul": "training.lowp_matmul",
+    "matmul": "training.matmul",
 }
 MOVED_TORCH = {
     "nn": "linear", "conv1d": "conv1d", "optim": "optim", "convert": "convert",

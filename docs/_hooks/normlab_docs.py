@@ -103,20 +103,30 @@ def _public_modules() -> list[str]:
 
 
 def _static_all(module: str) -> list[str]:
-    """A module's `__all__`, read from its source: `__all__ = [...]`, then any `+= [...]`,
-    or `from other import __all__` (a re-export of another module's names)."""
+    """A module's `__all__`, read from its source: `__all__ = [...]`, then any `+= [...]` or
+    `+= other.__all__` (`other` a module imported by name), or `from other import __all__`
+    (a re-export of another module's names)."""
     names: list[str] = []
+    modules: dict[str, str] = {}  # local name -> the module it names
     for node in ast.parse(_module_file(module).read_text(encoding="utf-8")).body:
-        if (isinstance(node, ast.ImportFrom) and node.module is not None
-                and any(a.name == "__all__" and a.asname is None for a in node.names)):
-            names = _static_all(node.module)
+        if isinstance(node, ast.ImportFrom) and node.module is not None:
+            for a in node.names:
+                if _exists(f"{node.module}.{a.name}"):
+                    modules[a.asname or a.name] = f"{node.module}.{a.name}"
+            if any(a.name == "__all__" and a.asname is None for a in node.names):
+                names = _static_all(node.module)
         elif isinstance(node, ast.Assign) and any(
             isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
         ):
             names = list(ast.literal_eval(node.value))
         elif (isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name)
               and node.target.id == "__all__"):
-            names += list(ast.literal_eval(node.value))
+            value = node.value
+            if (isinstance(value, ast.Attribute) and value.attr == "__all__"
+                    and isinstance(value.value, ast.Name) and value.value.id in modules):
+                names += _static_all(modules[value.value.id])
+            else:
+                names += list(ast.literal_eval(value))
     return names
 
 

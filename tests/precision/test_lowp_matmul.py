@@ -6,7 +6,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from normlab.precision.training.lowp_matmul import lowp_matmul
+from normlab.precision.training.matmul import lowp_matmul
 
 
 def test_fp32_accumulation_is_sequential_float32() -> None:

@@ -18,142 +18,22 @@ layout by concern) keep their old dotted paths: `normlab.precision.recipes`,
 `normlab.precision.mx` and the others are the moved modules themselves.
 """
 
+# ruff: noqa: F403  (star imports of modules with an explicit __all__, re-exported)
 from __future__ import annotations
 
 from normlab._moved import keep_old_paths
-from normlab.lab.listings import (
-    fp16_overflows_but_bfloat16_keeps_range,
-    loss_scaled_gradient,
-    round_to_bfloat16,
-)
-from normlab.precision.formats.codes import (
-    BitLayout,
-    bit_layout,
-    decode,
-    encode,
-    from_ml_dtypes,
-    to_ml_dtypes,
-)
-from normlab.precision.formats.format import (
-    BFLOAT16,
-    FLOAT4_E2M1FN,
-    FLOAT6_E2M3FN,
-    FLOAT6_E3M2FN,
-    FLOAT8_E4M3B11FNUZ,
-    FLOAT8_E4M3FN,
-    FLOAT8_E4M3FNUZ,
-    FLOAT8_E5M2,
-    FLOAT8_E5M2FNUZ,
-    FLOAT8_E8M0FNU,
-    FLOAT16,
-    FLOAT32,
-    NAMED_FORMATS,
-    Format,
-    NanConvention,
-    get_format,
-)
-from normlab.precision.formats.modes import RoundingMode
-from normlab.precision.formats.random_bits import splitmix64, stochastic_words
-from normlab.precision.formats.rounding import quantize
-from normlab.precision.formats.table import formats_table
-from normlab.precision.scaled.blockwise import BlockwiseTensor, blockwise_quantize
-from normlab.precision.scaled.fp8_scaling import (
-    Fp8Meta,
-    Fp8Tensor,
-    compute_scale,
-    fp8_quantize,
-    quantize_current_scaling,
-)
-from normlab.precision.scaled.hadamard import (
-    hadamard_matrix,
-    inverse_random_hadamard_transform,
-    random_hadamard_transform,
-)
-from normlab.precision.scaled.mx import MXTensor, e8m0_scales, mx_dequantize, mx_quantize
-from normlab.precision.scaled.nvfp4 import NVFP4Tensor, nvfp4_quantize
-from normlab.precision.scaled.recipes import (
-    MXINT8,
-    Bf16Recipe,
-    BlockwiseFp8Recipe,
-    DelayedScaling,
-    Fp8CurrentRecipe,
-    Fp8DelayedRecipe,
-    Fp8RowwiseRecipe,
-    MXRecipe,
-    NVFP4Recipe,
-)
-from normlab.precision.training.loss_scaling import DynamicLossScaler, StaticLossScaler
-from normlab.precision.training.lowp_matmul import lowp_matmul
-from normlab.precision.training.lowp_update import LowPrecisionUpdater
-from normlab.precision.training.master_weights import MasterWeights
-from normlab.precision.training.mixed_step import StepResult, clip_grad_norm, mixed_precision_step
+from normlab.lab import listings
+from normlab.lab.listings import *
+from normlab.precision import formats, scaled, training
+from normlab.precision.formats import *
+from normlab.precision.scaled import *
+from normlab.precision.training import *
 
-__all__ = [
-    "BFLOAT16",
-    "FLOAT4_E2M1FN",
-    "FLOAT6_E2M3FN",
-    "FLOAT6_E3M2FN",
-    "FLOAT8_E4M3B11FNUZ",
-    "FLOAT8_E4M3FN",
-    "FLOAT8_E4M3FNUZ",
-    "FLOAT8_E5M2",
-    "FLOAT8_E5M2FNUZ",
-    "FLOAT8_E8M0FNU",
-    "FLOAT16",
-    "FLOAT32",
-    "MXINT8",
-    "NAMED_FORMATS",
-    "Bf16Recipe",
-    "BitLayout",
-    "BlockwiseFp8Recipe",
-    "BlockwiseTensor",
-    "DelayedScaling",
-    "DynamicLossScaler",
-    "Format",
-    "Fp8CurrentRecipe",
-    "Fp8DelayedRecipe",
-    "Fp8Meta",
-    "Fp8RowwiseRecipe",
-    "Fp8Tensor",
-    "LowPrecisionUpdater",
-    "MXRecipe",
-    "MXTensor",
-    "MasterWeights",
-    "NVFP4Recipe",
-    "NVFP4Tensor",
-    "NanConvention",
-    "RoundingMode",
-    "StaticLossScaler",
-    "StepResult",
-    "bit_layout",
-    "blockwise_quantize",
-    "clip_grad_norm",
-    "compute_scale",
-    "decode",
-    "e8m0_scales",
-    "encode",
-    "formats_table",
-    "fp8_quantize",
-    "fp16_overflows_but_bfloat16_keeps_range",
-    "from_ml_dtypes",
-    "get_format",
-    "hadamard_matrix",
-    "inverse_random_hadamard_transform",
-    "loss_scaled_gradient",
-    "lowp_matmul",
-    "mixed_precision_step",
-    "mx_dequantize",
-    "mx_quantize",
-    "nvfp4_quantize",
-    "quantize",
-    "quantize_current_scaling",
-    "random_hadamard_transform",
-    "round_to_bfloat16",
-    "splitmix64",
-    "stochastic_words",
-    "to_ml_dtypes",
-]
-
+__all__ = []
+__all__ += formats.__all__
+__all__ += scaled.__all__
+__all__ += training.__all__
+__all__ += listings.__all__
 
 # The modules' paths before the layout by concern (a module per file directly in this
 # package): each old path names the moved module itself.
@@ -190,7 +70,7 @@ keep_old_paths(
         "master_weights": "normlab.precision.training.master_weights",
         "mixed": "normlab.precision.training.mixed_step",
         "lowp_update": "normlab.precision.training.lowp_update",
-        "matmul": "normlab.precision.training.lowp_matmul",
+        "matmul": "normlab.precision.training.matmul",
         "listings": "normlab.lab.listings",
     },
 )

@@ -40,29 +40,13 @@ def random_hadamard_transform(x: torch.Tensor, block: int = 16, *, seed: int,
                               axis: int = -1) -> torch.Tensor:
     """`x D H / sqrt(b)` in blocks of `block` along `axis` (see the module header).
 
-    Parameters
-    ----------
-    x : torch.Tensor
-        Float tensor; `x.shape[axis]` a multiple of `block`.
-    block : int, optional
-        The block size b, a power of two (16 in the NVFP4 recipe). Default 16.
-    seed : int
-        In [0, 2**64): the sign vector `d_j` comes from `splitmix64(seed + j)`.
-    axis : int, optional
-        The transformed axis. Default -1.
+    The NumPy twin [normlab.precision.random_hadamard_transform][] on a tensor, bit for
+    bit: the same parameters (`x` a float tensor), the same errors.
 
     Returns
     -------
     y : torch.Tensor
         The dtype of `x` (float32 for float16/bfloat16 input), its shape, on its device.
-
-    Raises
-    ------
-    TypeError
-        As the NumPy twin,
-        [normlab.precision.random_hadamard_transform][].
-    ValueError
-        As the NumPy twin.
 
     Examples
     --------

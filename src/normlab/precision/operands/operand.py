@@ -4,7 +4,7 @@ Dimension letters: R, C the operand's rows and columns.
 
 A linear layer's three GEMMs each multiply two quantised operands
 ([normlab.precision.scaled.recipes][] has the table); the recipe names each operand's quantizer
-([normlab.precision.scaled.quantizers][]), whose family arithmetic these functions run.
+(`normlab.precision.scaled.quantizers`), whose family arithmetic these functions run.
 [fake_operand][normlab.precision.operands.operand.fake_operand] gives the float32 values such a
 GEMM multiplies (`dequantize(quantize(x))`);
 [encode_operand][normlab.precision.operands.operand.encode_operand] keeps the same operand as a

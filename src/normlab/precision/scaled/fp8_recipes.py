@@ -2,7 +2,7 @@
 
 Settings only, as every recipe of [normlab.precision.scaled.recipes][] (which re-exports these);
 each names its operands' quantizers in `make_quantizer`
-([normlab.precision.scaled.quantizers][]). Sources: Micikevicius et al., "FP8 Formats for Deep
+(`normlab.precision.scaled.quantizers`). Sources: Micikevicius et al., "FP8 Formats for Deep
 Learning", 2022 (Transformer Engine's `DelayedScaling` and `Float8CurrentScaling`);
 torchao's `Float8LinearRecipeName.ROWWISE` and `ROWWISE_WITH_GW_HP`; DeepSeek-AI,
 "DeepSeek-V3 Technical Report", 2024 (blockwise FP8; TE `Float8BlockScaling`).

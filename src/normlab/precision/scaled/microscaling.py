@@ -1,7 +1,7 @@
 """The quantizers of the microscaling formats: MX (E8M0 block scales) and NVFP4 (E4M3 block
 scales and a float32 tensor scale).
 
-Part of [normlab.precision.scaled.quantizers][] (which re-exports both classes): the same contract,
+Part of `normlab.precision.scaled.quantizers` (which re-exports both classes): the same contract,
 one class per scaling family, its reference arithmetic written once against the array
 namespace through [normlab.precision.scaled.arithmetic][].
 """

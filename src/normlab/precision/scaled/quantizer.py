@@ -1,6 +1,6 @@
 """The base of the quantizers: the contract every scaling family implements, and its key.
 
-[normlab.precision.scaled.quantizers][] has the families and the table of which recipe uses which.
+`normlab.precision.scaled.quantizers` has the families and the table of which recipe uses which.
 A subclass with a `family` name registers itself, so that
 [Quantizer.from_key][normlab.precision.scaled.quantizer.Quantizer.from_key] can rebuild any
 quantizer from the key a compiled graph holds; an unknown family is a TypeError.

@@ -20,7 +20,7 @@ wgrad     dW = dy^T x   dy (M,N) blocked along M, x (M,K) blocked along M
 Per-tensor recipes give the same values whatever the axis. A `"forward"` operand is x or
 W, a `"backward"` one is dy. Each recipe names the quantizer of every (operand, axis) in
 its `make_quantizer`, the one place that decides it ([normlab.precision.scaled.recipe][],
-[normlab.precision.scaled.quantizers][]); the FP8 recipes live in
+`normlab.precision.scaled.quantizers`); the FP8 recipes live in
 [normlab.precision.scaled.fp8_recipes][].
 
 Sources: Micikevicius et al., "FP8 Formats for Deep Learning", 2022 (E4M3 forward, E5M2

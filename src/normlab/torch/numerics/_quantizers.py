@@ -5,7 +5,7 @@ Contract: [operand_quantizer][normlab.torch.numerics._quantizers.operand_quantiz
 exactly as a converted layer's forward (x, W) or dgrad (dy) GEMM does, blocks along the last
 axis (the contraction axis of those GEMMs), and returns the dequantised values and the
 block scales. It asks the recipe for the operand's quantizer
-(`recipe.quantizer(role, 1)`, [normlab.precision.scaled.quantizers][]) and runs it through the
+(`recipe.quantizer(role, 1)`, `normlab.precision.scaled.quantizers`) and runs it through the
 layer's own custom ops, so the inspected operand is the layer's bit for bit; nothing here
 looks at a recipe's class. Per-tensor scales come from the converted layer (delayed
 scaling: its current scale), from the operand's own amax (current scaling), or, in shadow

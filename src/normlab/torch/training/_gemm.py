@@ -8,7 +8,7 @@ Dimension letters: M rows (batch x tokens), K in_features, N out_features.
 
 `q(t)_A` is `t` quantised with blocks along A, the GEMM's contraction dimension.
 Every operand is `q(t)` of the quantizer the recipe names for its role and axis
-(`recipe.quantizer(role, axis)`, [normlab.precision.scaled.quantizers][], kept by the layer as
+(`recipe.quantizer(role, axis)`, `normlab.precision.scaled.quantizers`, kept by the layer as
 `layer.quantizers`); this module asks the
 quantizer, never the recipe's class. Quantizers without blocks (elementwise rounding, one
 per-tensor scale) quantise x and W once in forward and dy once in backward (their values do
