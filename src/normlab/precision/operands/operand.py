@@ -152,16 +152,10 @@ def encode_operand(x: Any, quantizer: Quantizer, *, scale: Any = None, order: st
 
     Parameters
     ----------
-    x : array, shape (R, C)
-        float32, float64 or a 16-bit float (taken as its float32 value).
-    quantizer : Quantizer
-        The recipe's quantizer of the operand (its role and axis).
-    scale : array, optional
-        The float32 scale (0-d) of the per-tensor kind.
+    x, quantizer, scale, xp
+        As [fake_operand][normlab.precision.operands.operand.fake_operand] takes them.
     order : {"C", "F"}, optional
-        The stored layout (see the module header). Default "C".
-    xp : ArrayNamespace, optional
-        The namespace of `x` (default: inferred).
+        The stored layout of the codes (see the module header). Default "C".
 
     Returns
     -------
