@@ -173,11 +173,14 @@ round_nearest = _split_kernel(
     "round_nearest", _ties_to_even,
     "Round to nearest, ties to even (the kept significand n stays even on a tie).",
 )
+"""The kernel of `RoundingMode.NEAREST` (its `__doc__` states the rule)."""
 round_away = _split_kernel("round_away", _ties_away, "Round to nearest, ties away from zero.")
+"""The kernel of `RoundingMode.NEAREST_AWAY` (its `__doc__` states the rule)."""
 round_zero = _split_kernel(
     "round_zero", _toward_zero,
     "Round toward zero (truncate the discarded bits; overflow gives `ovf`, usually max).",
 )
+"""The kernel of `RoundingMode.TOWARD_ZERO` (its `__doc__` states the rule)."""
 
 
 @jit()
