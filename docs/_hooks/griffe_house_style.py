@@ -14,7 +14,10 @@ Once the package is loaded, what `help()` shows on a class is shown on the site 
 * an entry of a class's `Attributes` section becomes the docstring of that attribute when it
   has none (the entry leaves the section, so the page does not say it twice);
 * a method without a docstring that overrides a documented method of a base class (a layer's
-  `forward`, `backward`) gets the base's docstring, as `inspect.getdoc` does.
+  `forward`, `backward`) gets the base's docstring, as `inspect.getdoc` does;
+* the constants every lab experiment declares (`NAME`, `TITLE`, `DETECTS`) are documented
+  once, in `normlab.lab.result.CONTRACT`: each experiment module's undocumented one gets
+  that text.
 """
 
 from __future__ import annotations
@@ -141,6 +144,40 @@ def inherit_method_docstrings(cls: griffe.Class) -> list[str]:
     return inherited
 
 
+def contract_docstrings(
+    module: griffe.Object, contract: dict[str, str], parent: griffe.Object
+) -> list[str]:
+    """Give each undocumented member of `module` named in `contract` its text; the names.
+
+    `parent` lends its docstring parser (the package being loaded).
+    """
+    given = []
+    for name, text in contract.items():
+        member = module.members.get(name)
+        if member is None or member.is_alias or member.docstring is not None:
+            continue
+        member.docstring = griffe.Docstring(
+            text,
+            parent=member,
+            parser=parent.docstring.parser if parent.docstring else None,
+            parser_options=parent.docstring.parser_options if parent.docstring else None,
+        )
+        given.append(name)
+    return given
+
+
+def _experiment_contracts(pkg: griffe.Module) -> None:
+    """`contract_docstrings` on every module of `normlab.lab.experiments`."""
+    if pkg.path != "normlab" or "lab" not in pkg.members:
+        return
+    from normlab.lab.result import CONTRACT  # the documentation builds the tree it documents
+
+    experiments = pkg.members["lab"].members.get("experiments")
+    for module in experiments.members.values() if experiments is not None else ():
+        if not module.is_alias and module.is_module:
+            contract_docstrings(module, CONTRACT, pkg)
+
+
 def _objects(obj: griffe.Object) -> list[griffe.Object]:
     found = [obj]
     for member in obj.members.values():
@@ -163,4 +200,5 @@ class HouseStyleDocstrings(griffe.Extension):
             attributes_to_members(obj)
             if obj.is_class:
                 parameters_to_fields(obj)
+        _experiment_contracts(pkg)
 

@@ -9,32 +9,16 @@ and `m.GradcheckError`), itself callable as its function, so `normlab.gradcheck(
 and `from normlab import gradcheck; gradcheck(...)` run the check.
 """
 
+# ruff: noqa: F403  (a star import of normlab.norms, whose __all__ is re-exported)
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from normlab import checkpoint
+from normlab import checkpoint, norms
 from normlab._backend import KernelFallbackWarning
 from normlab.dropout import inverted_dropout, inverted_dropout_backward
 from normlab.gradcheck import GradcheckError
-from normlab.norms import (
-    BatchNormCache,
-    GroupNormCache,
-    LayerNormCache,
-    RMSNormCache,
-    add_layer_norm_backward,
-    add_layer_norm_forward,
-    add_rms_norm_backward,
-    add_rms_norm_forward,
-    batch_norm_backward,
-    batch_norm_forward,
-    group_norm_backward,
-    group_norm_forward,
-    layer_norm_backward,
-    layer_norm_forward,
-    rms_norm_backward,
-    rms_norm_forward,
-)
+from normlab.norms import *
 
 if TYPE_CHECKING:  # type checkers see the function (same signature as the call below)
     from normlab.gradcheck import gradcheck
@@ -45,27 +29,12 @@ __version__ = "0.1.0"
 """The version of normlab (the package metadata reads it from here)."""
 
 __all__ = [
-    "BatchNormCache",
     "GradcheckError",
-    "GroupNormCache",
     "KernelFallbackWarning",
-    "LayerNormCache",
-    "RMSNormCache",
     "__version__",
-    "add_layer_norm_backward",
-    "add_layer_norm_forward",
-    "add_rms_norm_backward",
-    "add_rms_norm_forward",
-    "batch_norm_backward",
-    "batch_norm_forward",
     "checkpoint",
     "gradcheck",
-    "group_norm_backward",
-    "group_norm_forward",
     "inverted_dropout",
     "inverted_dropout_backward",
-    "layer_norm_backward",
-    "layer_norm_forward",
-    "rms_norm_backward",
-    "rms_norm_forward",
 ]
+__all__ += norms.__all__  # the functional pairs and their caches

@@ -94,3 +94,36 @@ def test_an_override_without_a_docstring_shows_the_base_one(tmp_path):
     layer = _layer(tmp_path)
     assert house.inherit_method_docstrings(layer) == ["forward"]
     assert layer.members["forward"].docstring.value == "Compute the output."
+
+
+EXPERIMENT = '''"""An experiment."""
+
+NAME = "sample"
+TITLE = "A sample"
+"""Its own title text."""
+OTHER = 1
+'''
+
+
+def test_an_experiments_contract_constants_get_the_contracts_text(tmp_path):
+    import griffe
+
+    from normlab.lab.result import CONTRACT
+
+    (tmp_path / "contract_sample.py").write_text(EXPERIMENT, encoding="utf-8")
+    loader = griffe.GriffeLoader(search_paths=[tmp_path], docstring_parser="numpy")
+    module = loader.load("contract_sample")
+    assert house.contract_docstrings(module, CONTRACT, module) == ["NAME"]
+    assert module.members["NAME"].docstring.value == CONTRACT["NAME"]
+    assert module.members["TITLE"].docstring.value == "Its own title text."  # kept
+    assert module.members["OTHER"].docstring is None  # not in the contract
+
+
+def test_every_experiment_declares_the_contract():
+    from normlab.lab.experiments import EXPERIMENTS
+    from normlab.lab.result import CONTRACT
+
+    for name in EXPERIMENTS:
+        module = importlib.import_module(f"normlab.lab.experiments.{name}")
+        missing = [c for c in CONTRACT if not hasattr(module, c)]
+        assert not missing, f"{name} lacks {missing}"

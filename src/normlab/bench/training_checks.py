@@ -58,6 +58,17 @@ def _data(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return x.astype(np.float32), w.astype(np.float32), b.astype(np.float32)
 
 
+def _loaded(make: Callable[[int, int], Any], seed: int
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, Any]:
+    """The checked data x, W, b and a `make(K, N)` linear layer that holds W and b."""
+    x, w, b = _data(seed)
+    layer = make(x.shape[1], w.shape[0])
+    with torch.no_grad():
+        layer.weight.copy_(torch.from_numpy(w))
+        layer.bias.copy_(torch.from_numpy(b))
+    return x, w, b, layer
+
+
 def _delayed(recipe: Any, x: np.ndarray, w: np.ndarray) -> list[tuple[np.ndarray, ...]]:
     """Two forwards of delayed scaling: initial scale 1, then the scale of the amaxes."""
     settings = p.DelayedScaling(recipe.margin, recipe.amax_history_len,
@@ -196,12 +207,8 @@ def recipe_check(recipe: Any, seed: int = 0) -> dict[str, Any]:
     result : dict
         `max_error` (units of the float32 bound), `bit_identical`, `passed`.
     """
-    x, w, b = _data(seed)
-    layer = nt.QuantLinear(x.shape[1], w.shape[0], recipe=recipe)
+    x, w, b, layer = _loaded(lambda k, n: nt.QuantLinear(k, n, recipe=recipe), seed)
     with torch.no_grad():
-        layer.weight.copy_(torch.from_numpy(w))
-        assert layer.bias is not None
-        layer.bias.copy_(torch.from_numpy(b))
         layer.train()
         errors = [forward_error(layer(torch.from_numpy(x)), qx, qw, b)
                   for qx, qw in reference_operands(recipe, x, w)]
@@ -264,11 +271,8 @@ def torchao_check(converter: Callable[[torch.nn.Module], torch.nn.Module],
     result : dict
         `max_error` (units of the float32 bound), `bit_identical`, `passed`.
     """
-    x, w, b = _data(seed)
-    linear = torch.nn.Linear(x.shape[1], w.shape[0])
+    x, w, b, linear = _loaded(torch.nn.Linear, seed)
     with torch.no_grad():
-        linear.weight.copy_(torch.from_numpy(w))
-        linear.bias.copy_(torch.from_numpy(b))
         model = converter(torch.nn.Sequential(linear))
         y = model(torch.from_numpy(x))
     return _result([forward_error(y, _torchao_operand(x), _torchao_operand(w), b)])

@@ -33,6 +33,9 @@ No `fastmath` anywhere in this module: rounding must be exact.
 
 from __future__ import annotations
 
+import types
+from typing import Any
+
 import numpy as np
 from numba import njit, prange
 
@@ -119,18 +122,65 @@ def bit_consts(xbits):
     return u, M, B, signbit, infb
 
 
-@jit()
-def round_nearest(xbits, out, m, emin, qbits, maxbits, ovf, flush_bits,
-                  inf_out, nan_keep, nan_out):
-    """Round to nearest, ties to even (the kept significand n stays even on a tie)."""
+decide: Any  # declared only: each kernel's copy of _split_loop has its own (_split_kernel)
+
+
+def _split_loop(xbits, out, m, emin, qbits, maxbits, ovf, flush_bits, inf_out, nan_keep,
+                nan_out):
+    # the loop of round_nearest, round_away and round_zero; `decide` is a global of each
+    # kernel's own copy (see _split_kernel)
     u, M, B, signbit, infb = bit_consts(xbits)
     for i in prange(xbits.shape[0]):
         s = u(xbits[i] & signbit)
         a = u(xbits[i] ^ s)
         d, dc, n, rem, half = split_magnitude(a, u, M, B, m, emin)
-        up = (rem > half) | ((rem == half) & (half != u(0)) & (u(n & u(1)) == u(1)))
-        out[i] = join_magnitude(a, s, u, up, d, dc, M, infb, qbits, maxbits, ovf, flush_bits,
-                       inf_out, nan_keep, nan_out)
+        up = decide(u, n, rem, half)  # noqa: F821  (bound in each kernel's globals)
+        out[i] = join_magnitude(a, s, u, up, d, dc, M, infb, qbits, maxbits, ovf,
+                                flush_bits, inf_out, nan_keep, nan_out)
+
+
+def _split_kernel(name: str, decide: Any, doc: str) -> Any:
+    """`_split_loop` rounding up where `decide(u, n, rem, half)`, compiled as kernel `name`.
+
+    `decide` (an inline jitted function) is a global of this kernel's copy of the loop, so
+    each kernel is specialised on its rule (no mode switch inside the loop) and cached on
+    disk under its own name. A closure would not do: numba keys the cache of a closure on
+    the pickled cell, which differs in every process, so it would compile on every start.
+    """
+    loop = types.FunctionType(_split_loop.__code__, {**globals(), "decide": decide}, name)
+    loop.__qualname__ = name
+    loop.__doc__ = doc
+    return jit()(loop)
+
+
+@njit(inline="always")
+def _ties_to_even(u, n, rem, half):
+    # on a tie, up only when the kept significand n is odd (so it ends even)
+    return (rem > half) | ((rem == half) & (half != u(0)) & (u(n & u(1)) == u(1)))
+
+
+@njit(inline="always")
+def _ties_away(u, n, rem, half):
+    return (rem >= half) & (half != u(0))
+
+
+@njit(inline="always")
+def _toward_zero(u, n, rem, half):
+    return False
+
+
+round_nearest = _split_kernel(
+    "round_nearest", _ties_to_even,
+    "Round to nearest, ties to even (the kept significand n stays even on a tie).",
+)
+"""The kernel of `RoundingMode.NEAREST` (its `__doc__` states the rule)."""
+round_away = _split_kernel("round_away", _ties_away, "Round to nearest, ties away from zero.")
+"""The kernel of `RoundingMode.NEAREST_AWAY` (its `__doc__` states the rule)."""
+round_zero = _split_kernel(
+    "round_zero", _toward_zero,
+    "Round toward zero (truncate the discarded bits; overflow gives `ovf`, usually max).",
+)
+"""The kernel of `RoundingMode.TOWARD_ZERO` (its `__doc__` states the rule)."""
 
 
 @jit()
@@ -224,33 +274,6 @@ def round_nearest_narrow(xbits, out, m, emin, qbits, maxbits, ovf, flush_bits,
         s = u(xbits[i] & signbit)
         out[i] = nearest_narrow(u(xbits[i] ^ s), s, maxbits, ovf, flush_bits, inf_out,
                                 nan_keep, nan_out, sh, low, bias, minnorm, c)
-
-
-@jit()
-def round_away(xbits, out, m, emin, qbits, maxbits, ovf, flush_bits,
-               inf_out, nan_keep, nan_out):
-    """Round to nearest, ties away from zero."""
-    u, M, B, signbit, infb = bit_consts(xbits)
-    for i in prange(xbits.shape[0]):
-        s = u(xbits[i] & signbit)
-        a = u(xbits[i] ^ s)
-        d, dc, _n, rem, half = split_magnitude(a, u, M, B, m, emin)
-        up = (rem >= half) & (half != u(0))
-        out[i] = join_magnitude(a, s, u, up, d, dc, M, infb, qbits, maxbits, ovf, flush_bits,
-                       inf_out, nan_keep, nan_out)
-
-
-@jit()
-def round_zero(xbits, out, m, emin, qbits, maxbits, ovf, flush_bits,
-               inf_out, nan_keep, nan_out):
-    """Round toward zero (truncate the discarded bits; overflow gives `ovf`, usually max)."""
-    u, M, B, signbit, infb = bit_consts(xbits)
-    for i in prange(xbits.shape[0]):
-        s = u(xbits[i] & signbit)
-        a = u(xbits[i] ^ s)
-        d, dc, _n, _rem, _half = split_magnitude(a, u, M, B, m, emin)
-        out[i] = join_magnitude(a, s, u, False, d, dc, M, infb, qbits, maxbits, ovf, flush_bits,
-                       inf_out, nan_keep, nan_out)
 
 
 @njit(inline="always")

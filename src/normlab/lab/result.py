@@ -2,12 +2,13 @@
 
 Contract for every experiment module in [normlab.lab.experiments][]:
 
-* module constants `NAME` (the id used by `normlab run NAME`) and `TITLE`;
-* a module constant `DETECTS: tuple[str, ...]`: the breaks of the library that the
-  experiment is known to detect (short text, e.g. `"pre/post placement swapped"`), each
-  proven by a fault-injection test in `tests/lab/test_breaks*.py` that breaks the
+* the module constants of [CONTRACT][normlab.lab.result.CONTRACT]: `NAME` (the id used by
+  `normlab run NAME`), `TITLE`, and `DETECTS: tuple[str, ...]`, the breaks of the library
+  that the experiment is known to detect (short text, e.g. `"pre/post placement swapped"`),
+  each proven by a fault-injection test in `tests/lab/test_breaks*.py` that breaks the
   mechanism, runs the experiment at its quick size and asserts the status FAIL; the
-  report prints the list under the experiment;
+  report prints the list under the experiment. They are documented here once: an
+  experiment's page shows each with the text of `CONTRACT`;
 * the code in three steps, so a criterion reads in a few lines: `measure` (the numbers),
   `checks` (claim, criterion, verdict from those numbers) and `tables`/figures;
 * `run(settings: Settings, progress: Progress) -> ExperimentResult`;
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 __all__ = [
+    "CONTRACT",
     "Check",
     "ExperimentResult",
     "ExperimentSkipped",
@@ -35,6 +37,20 @@ __all__ = [
     "Settings",
     "Verdict",
 ]
+
+CONTRACT: dict[str, str] = {
+    "NAME": "The experiment's id in the registry and on the command line (`normlab run NAME`).",
+    "TITLE": "The experiment's title: the heading of its section in the report and of its page.",
+    "DETECTS": (
+        "The library breaks this experiment turns into a FAIL, each proven by a "
+        "fault-injection test (the contract of [normlab.lab.result][])."
+    ),
+}
+"""The module constants every experiment declares, and what each holds.
+
+The one text of each: an experiment module defines the constants without a docstring, and
+the documentation shows each with its text here.
+"""
 
 Size = Literal["quick", "default", "full"]
 """How large an experiment runs (`--quick`, the default, `--full`)."""

@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 
 from normlab._validate import as_float_array, check_eps, check_int, check_probability, compute_dtype
-from normlab.nn.module import Module, Parameter
+from normlab.nn._affine import affine_backward, affine_parameters, cast
+from normlab.nn.module import Module
 from normlab.norms import batch_norm_backward, batch_norm_forward
 
 __all__ = ["BatchNorm"]
@@ -91,11 +92,9 @@ class BatchNorm(Module):
         self.eps = check_eps(eps)
         self.axis = check_int(axis, "axis")
         self.unbiased_running_var = bool(unbiased_running_var)
-        self.weight: Parameter | None = None
-        self.bias: Parameter | None = None
-        if affine:
-            self.weight = Parameter(np.ones(self.num_features, dtype=dtype))
-            self.bias = Parameter(np.zeros(self.num_features, dtype=dtype))
+        self.weight, self.bias = affine_parameters(
+            self.num_features, dtype, weight=affine, bias=affine
+        )
         self.register_buffer("running_mean", np.zeros(self.num_features, dtype=dtype))
         self.register_buffer("running_var", np.ones(self.num_features, dtype=dtype))
 
@@ -107,24 +106,16 @@ class BatchNorm(Module):
                 f"got shape {x.shape}"
             )
         dt = compute_dtype(x.dtype)
-        gamma = None if self.weight is None else self.weight.data.astype(dt, copy=False)
-        beta = None if self.bias is None else self.bias.data.astype(dt, copy=False)
         out, cache = batch_norm_forward(
-            x, gamma, beta, self.running_mean, self.running_var, self.training,
-            self.momentum, self.eps, axis=self.axis,
+            x, cast(self.weight, dt), cast(self.bias, dt), self.running_mean, self.running_var,
+            self.training, self.momentum, self.eps, axis=self.axis,
             unbiased_running_var=self.unbiased_running_var,
         )
         self._save((cache,))
         return out
 
     def backward(self, dout: np.ndarray) -> np.ndarray:
-        (cache,) = self._take()
-        dx, dgamma, dbeta = batch_norm_backward(dout, cache)
-        if self.weight is not None and dgamma is not None:
-            self.weight.accumulate(dgamma)
-        if self.bias is not None and dbeta is not None:
-            self.bias.accumulate(dbeta)
-        return dx
+        return affine_backward(self, batch_norm_backward, dout)
 
     def extra_repr(self) -> str:
         return (

@@ -25,6 +25,7 @@ from normlab._validate import (
     check_trailing,
     compute_dtype,
 )
+from normlab.nn._affine import accumulate, affine_backward, affine_parameters, cast
 from normlab.nn.module import Module, Parameter
 from normlab.norms import (
     group_norm_backward,
@@ -37,15 +38,6 @@ from normlab.norms import (
 
 # as_shape and check_trailing live in normlab._validate; re-exported for compatibility
 __all__ = ["GroupNorm", "LayerNorm", "RMSNorm", "as_shape", "check_trailing"]
-
-
-def _cast(p: Parameter | None, dt: np.dtype) -> np.ndarray | None:
-    return None if p is None else p.data.astype(dt, copy=False)
-
-
-def _acc(p: Parameter | None, g: np.ndarray | None) -> None:
-    if p is not None and g is not None:
-        p.accumulate(g)
 
 
 class LayerNorm(Module):
@@ -100,30 +92,23 @@ class LayerNorm(Module):
         super().__init__()
         self.normalized_shape = as_shape(normalized_shape)
         self.eps = check_eps(eps)
-        self.weight: Parameter | None = None
-        self.bias: Parameter | None = None
-        if elementwise_affine:
-            self.weight = Parameter(np.ones(self.normalized_shape, dtype=dtype))
-            if bias:
-                self.bias = Parameter(np.zeros(self.normalized_shape, dtype=dtype))
+        self.weight, self.bias = affine_parameters(
+            self.normalized_shape, dtype, weight=elementwise_affine, bias=bias
+        )
 
     def forward(self, x: Any) -> np.ndarray:
         x = as_float_array(x, "x", min_ndim=1)
         check_trailing(x, self.normalized_shape, "LayerNorm")
         dt = compute_dtype(x.dtype)
         out, cache = layer_norm_forward(
-            x, _cast(self.weight, dt), _cast(self.bias, dt), self.eps,
+            x, cast(self.weight, dt), cast(self.bias, dt), self.eps,
             normalized_ndim=len(self.normalized_shape),
         )
         self._save((cache,))
         return out
 
     def backward(self, dout: np.ndarray) -> np.ndarray:
-        (cache,) = self._take()
-        dx, dgamma, dbeta = layer_norm_backward(dout, cache)
-        _acc(self.weight, dgamma)
-        _acc(self.bias, dbeta)
-        return dx
+        return affine_backward(self, layer_norm_backward, dout)
 
     def extra_repr(self) -> str:
         return f"{self.normalized_shape}, eps={self.eps}, affine={self.weight is not None}"
@@ -190,7 +175,7 @@ class RMSNorm(Module):
         x = as_float_array(x, "x", min_ndim=1)
         check_trailing(x, self.normalized_shape, "RMSNorm")
         out, cache = rms_norm_forward(
-            x, _cast(self.weight, compute_dtype(x.dtype)), self.eps, offset=self.offset,
+            x, cast(self.weight, compute_dtype(x.dtype)), self.eps, offset=self.offset,
             normalized_ndim=len(self.normalized_shape),
         )
         self._save((cache,))
@@ -199,7 +184,7 @@ class RMSNorm(Module):
     def backward(self, dout: np.ndarray) -> np.ndarray:
         (cache,) = self._take()
         dx, dweight = rms_norm_backward(dout, cache)
-        _acc(self.weight, dweight)
+        accumulate(self.weight, dweight)
         return dx
 
     def extra_repr(self) -> str:
@@ -263,11 +248,9 @@ class GroupNorm(Module):
                 f"num_channels={num_channels}"
             )
         self.eps = check_eps(eps)
-        self.weight: Parameter | None = None
-        self.bias: Parameter | None = None
-        if affine:
-            self.weight = Parameter(np.ones(self.num_channels, dtype=dtype))
-            self.bias = Parameter(np.zeros(self.num_channels, dtype=dtype))
+        self.weight, self.bias = affine_parameters(
+            self.num_channels, dtype, weight=affine, bias=affine
+        )
 
     def forward(self, x: Any) -> np.ndarray:
         x = as_float_array(x, "x")
@@ -278,17 +261,13 @@ class GroupNorm(Module):
             )
         dt = compute_dtype(x.dtype)
         out, cache = group_norm_forward(
-            x, self.num_groups, _cast(self.weight, dt), _cast(self.bias, dt), self.eps
+            x, self.num_groups, cast(self.weight, dt), cast(self.bias, dt), self.eps
         )
         self._save((cache,))
         return out
 
     def backward(self, dout: np.ndarray) -> np.ndarray:
-        (cache,) = self._take()
-        dx, dgamma, dbeta = group_norm_backward(dout, cache)
-        _acc(self.weight, dgamma)
-        _acc(self.bias, dbeta)
-        return dx
+        return affine_backward(self, group_norm_backward, dout)
 
     def extra_repr(self) -> str:
         return f"{self.num_groups}, {self.num_channels}, eps={self.eps}"

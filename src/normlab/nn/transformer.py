@@ -33,6 +33,12 @@ from normlab.nn.normalization import LayerNorm, RMSNorm
 __all__ = ["MLP", "TransformerBlock", "TransformerLM", "make_norm"]
 
 
+def _check_width_and_dropout(rng: Any, d: Any, dropout: Any) -> tuple[int, float]:
+    """The checks every transformer constructor starts with: `rng`, then `(d, dropout)`."""
+    check_generator(rng)
+    return check_int(d, "d", minimum=1), check_probability(dropout, "dropout")
+
+
 def make_norm(kind: str, d: int, eps: float | None, dtype: Any) -> Module:
     """`LayerNorm(d)` for `"layer"`, `RMSNorm(d)` for `"rms"` (default eps each)."""
     if kind == "layer":
@@ -171,10 +177,8 @@ class TransformerBlock(Module):
         dtype: Any = np.float32,
     ) -> None:
         super().__init__()
-        check_generator(rng)
-        d = check_int(d, "d", minimum=1)
+        d, p = _check_width_and_dropout(rng, d, dropout)
         d_ff = check_int(d_ff, "d_ff", minimum=1)
-        p = check_probability(dropout, "dropout")
         if eps is not None:
             eps = check_eps(eps)
         attn = CausalSelfAttention(
@@ -265,11 +269,9 @@ class TransformerLM(Module):
         dtype: Any = np.float32,
     ) -> None:
         super().__init__()
-        check_generator(rng)
-        d = check_int(d, "d", minimum=1)
+        d, p = _check_width_and_dropout(rng, d, dropout)
         n_layers = check_int(n_layers, "n_layers", minimum=1)
         self.context = check_int(context, "context", minimum=1)
-        p = check_probability(dropout, "dropout")
         ff = 4 * d if d_ff is None else check_int(d_ff, "d_ff", minimum=1)
         self.token_embedding = Embedding(vocab, d, rng=rng, std=embed_std, dtype=dtype)
         self.position_embedding = Embedding(self.context, d, rng=rng, std=embed_std, dtype=dtype)

@@ -53,12 +53,8 @@ __all__ = [
 ]
 
 NAME = "batch_vs_layer"
-"""The experiment's id in the registry and on the command line (`normlab run NAME`)."""
 TITLE = "BatchNorm vs LayerNorm: batch composition, decoding, train/eval gap"
-"""The experiment's title: the heading of its section in the report and of its page."""
 DETECTS = ("BatchNorm in eval mode normalising with the batch's statistics",)
-"""The library breaks this experiment turns into a FAIL, each proven by a
-fault-injection test (the contract of [normlab.lab.result][])."""
 BATCH_SIZES = (2, 4, 8, 32, 128)
 """The batch sizes of the train/eval gap (claim 3), smallest first."""
 SAME_TOL = 1e-12  # float64 rounding of a 16-wide row is ~1e-16

@@ -44,12 +44,8 @@ __all__ = [
 ]
 
 DETECTS = ("inverted dropout without the 1/(1-p) rescaling of the kept units",)
-"""The library breaks this experiment turns into a FAIL, each proven by a
-fault-injection test (the contract of [normlab.lab.result][])."""
 NAME = "dropout_stats"
-"""The experiment's id in the registry and on the command line (`normlab run NAME`)."""
 TITLE = "Inverted dropout: mean kept, variance x²p/(1-p), identity at eval (Srivastava 2014)"
-"""The experiment's title: the heading of its section in the report and of its page."""
 PROBABILITIES = (0.1, 0.3, 0.5, 0.8)
 """The drop probabilities p measured."""
 # |z| bound for every coordinate and every p: P(|Z| > 4.5) = 6.8e-6 per test, so about

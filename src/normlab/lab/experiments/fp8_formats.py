@@ -49,16 +49,12 @@ __all__ = [
 ]
 
 NAME = "fp8_formats"
-"""The experiment's id in the registry and on the command line (`normlab run NAME`)."""
 TITLE = "FP8 formats: E4M3 vs E5M2, delayed vs current scaling (Micikevicius et al. 2022)"
-"""The experiment's title: the heading of its section in the report and of its page."""
 
 DETECTS = (
     "E4M3 max changed (e.g. 240, the IEEE-style E4M3, instead of 448)",
     "delayed scaling using the current amax instead of the history",
 )
-"""The library breaks this experiment turns into a FAIL, each proven by a
-fault-injection test (the contract of [normlab.lab.result][])."""
 FORMATS: dict[str, Format] = {"E4M3": FLOAT8_E4M3FN, "E5M2": FLOAT8_E5M2}
 """The two FP8 formats compared, by the paper's names."""
 # The paper's Table 1, as printed: (max normal, min subnormal). Independent of the Format

@@ -31,12 +31,8 @@ from normlab.lab.training import on_references
 __all__ = ["DETECTS", "METHODS", "NAME", "PAPER", "TITLE", "TRANSFORMS", "invariance_matrix", "run"]
 
 DETECTS = ("LayerNorm without its mean subtraction (test_exp_invariance)",)
-"""The library breaks this experiment turns into a FAIL, each proven by a
-fault-injection test (the contract of [normlab.lab.result][])."""
 NAME = "invariance"
-"""The experiment's id in the registry and on the command line (`normlab run NAME`)."""
 TITLE = "Invariance table (Ba et al. 2016, Table 1), extended with RMSNorm"
-"""The experiment's title: the heading of its section in the report and of its page."""
 EPS = 1e-300
 """The normalisers' eps: positive, and below half an ulp of every variance here."""
 INVARIANT_TOL = 1e-12

@@ -60,9 +60,7 @@ from normlab.lab.training import load_corpus, lr_at, sample_batch
 __all__ = ["CONFIGS", "DETECTS", "NAME", "TITLE", "TORCH_HINT", "run"]
 
 NAME = "lowp_training"
-"""The experiment's id in the registry and on the command line (`normlab run NAME`)."""
 TITLE = "FP8, MXFP8 and NVFP4 training recipes vs bf16 (Micikevicius 2022; NVIDIA 2025)"
-"""The experiment's title: the heading of its section in the report and of its page."""
 TORCH_HINT = 'pip install ".[torch]"  (from the normlab source tree)'
 """The install line the skipped experiment prints when PyTorch is missing."""
 # breaks this experiment is known to turn into a FAIL (tests/torch/test_train_lab.py)
@@ -72,8 +70,6 @@ DETECTS = (
     "Hadamard matrix replaced by the identity (no spreading before rounding)",
     "NVFP4 weights quantised in 1x16 blocks where the recipe asks for 16x16 tiles",
 )
-"""The library breaks this experiment turns into a FAIL, each proven by a
-fault-injection test (the contract of [normlab.lab.result][])."""
 CONFIGS = ("bf16", "fp8_delayed", "fp8_current", "fp8_rowwise", "mxfp8", "nvfp4",
            "nvfp4_no_sr", "nvfp4_no_rht", "nvfp4_no_2d")
 """The trained configurations: the bf16 baseline, the FP8 (delayed, current and row-wise

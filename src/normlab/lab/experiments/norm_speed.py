@@ -58,12 +58,8 @@ from normlab.lab.training import single_threaded
 __all__ = ["DETECTS", "NAME", "TITLE", "correctness_errors", "run", "time_ratio"]
 
 NAME = "norm_speed"
-"""The experiment's id in the registry and on the command line (`normlab run NAME`)."""
 TITLE = "RMSNorm vs LayerNorm forward + backward time on this CPU (Zhang & Sennrich 2019)"
-"""The experiment's title: the heading of its section in the report and of its page."""
 DETECTS: tuple[str, ...] = ("rmsnorm_subtracts_mean",)
-"""The library breaks this experiment turns into a FAIL, each proven by a
-fault-injection test (the contract of [normlab.lab.result][])."""
 CORRECT_TOL = 1e-5
 """Correctness: the largest max |error| / max |reference| of every output and gradient
 against the float64 evaluation."""

@@ -97,12 +97,8 @@ __all__ = ["DEPTHS", "DETECTS", "NAME", "TITLE", "output_change", "run", "update
            "weight_matrices"]
 
 NAME = "residual_depth"
-"""The experiment's id in the registry and on the command line (`normlab run NAME`)."""
 TITLE = "Residual placements vs depth: model update (DeepNet) and output change (Admin)"
-"""The experiment's title: the heading of its section in the report and of its page."""
 DETECTS: tuple[str, ...] = ("pre_post_swapped",)
-"""The library breaks this experiment turns into a FAIL, each proven by a
-fault-injection test (the contract of [normlab.lab.result][])."""
 DEPTHS = (6, 12, 24, 48)
 """The depths N (layers; 2N residual sub-layers) of the default size."""
 QUICK_DEPTHS = (4, 8, 16, 32)  # the judged placements only

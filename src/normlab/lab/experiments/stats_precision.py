@@ -34,15 +34,11 @@ from normlab.lab.training import single_threaded
 __all__ = ["DETECTS", "NAME", "OFFSETS", "TITLE", "checks", "measure", "naive_stats", "run"]
 
 NAME = "stats_precision"
-"""The experiment's id in the registry and on the command line (`normlab run NAME`)."""
 TITLE = "LayerNorm statistics of float32 rows with a large offset (Chan, Golub & LeVeque 1983)"
-"""The experiment's title: the heading of its section in the report and of its page."""
 DETECTS = (
     "variance as E[x^2] - E[x]^2 in float32 in the NumPy reference",
     "variance as E[x^2] - E[x]^2 in float32 in the fused kernel",
 )
-"""The library breaks this experiment turns into a FAIL, each proven by a
-fault-injection test (the contract of [normlab.lab.result][])."""
 WIDTH = 4096
 """Features per row (W)."""
 OFFSET = 2000.0

@@ -83,12 +83,8 @@ __all__ = ["BASELINE_LR", "CONFIGS", "DETECTS", "NAME", "PEAK_LR", "TITLE", "run
            "unigram_entropy"]
 
 DETECTS = ("Pre-LN and Post-LN placements swapped in the residual block",)
-"""The library breaks this experiment turns into a FAIL, each proven by a
-fault-injection test (the contract of [normlab.lab.result][])."""
 NAME = "training_stability"
-"""The experiment's id in the registry and on the command line (`normlab run NAME`)."""
 TITLE = "Post-LN vs Pre-LN training, with and without warmup (Xiong et al. 2020)"
-"""The experiment's title: the heading of its section in the report and of its page."""
 
 PEAK_LR = 0.02  # the baseline's (Post-LN with warmup) largest working lr: module docstring
 """The peak learning rate of every judged run: the largest swept one at which the

@@ -37,16 +37,12 @@ from normlab.precision import (
 __all__ = ["DETECTS", "NAME", "TITLE", "checks", "measure", "run", "swamping_ratio", "tables"]
 
 NAME = "update_stall"
-"""The experiment's id in the registry and on the command line (`normlab run NAME`)."""
 TITLE = "bf16 weight updates that stall (Micikevicius et al. 2017; Zamirai et al. 2020)"
-"""The experiment's title: the heading of its section in the report and of its page."""
 
 DETECTS = (
     "master weights off (the fp32 master copy rounded to bf16 after each step)",
     "stochastic rounding replaced by round-to-nearest",
 )
-"""The library breaks this experiment turns into a FAIL, each proven by a
-fault-injection test (the contract of [normlab.lab.result][])."""
 MODES = ("nearest", "master", "kahan", "stochastic")
 """How the weights are stored and updated: bf16 rounded to nearest, fp32 master
 weights, bf16 with Kahan summation, bf16 with stochastic rounding."""

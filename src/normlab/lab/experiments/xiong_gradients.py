@@ -58,12 +58,8 @@ from normlab.lab.training import load_corpus, on_references, sample_batch
 __all__ = ["DETECTS", "LAYERS", "NAME", "TITLE", "expected_grad_norms", "run"]
 
 NAME = "xiong_gradients"
-"""The experiment's id in the registry and on the command line (`normlab run NAME`)."""
 TITLE = "Gradient norm per layer at initialization, Post-LN vs Pre-LN (Xiong et al. 2020, Fig. 3)"
-"""The experiment's title: the heading of its section in the report and of its page."""
 DETECTS: tuple[str, ...] = ("pre_post_swapped",)
-"""The library breaks this experiment turns into a FAIL, each proven by a
-fault-injection test (the contract of [normlab.lab.result][])."""
 LAYERS = 6  # the paper's 6-6 model
 """Decoder layers of the model (the paper's 6-6 model)."""
 POST_MIN_RATIO = 1.5

@@ -45,12 +45,8 @@ from normlab.nn import LayerNorm, Linear, TransformerBlock, softmax_cross_entrop
 __all__ = ["DEPTHS", "DETECTS", "NAME", "TITLE", "last_ffn_grad_norms", "lemma2_profile", "run"]
 
 DETECTS = ("Pre-LN and Post-LN placements swapped in the residual block",)
-"""The library breaks this experiment turns into a FAIL, each proven by a
-fault-injection test (the contract of [normlab.lab.result][])."""
 NAME = "xiong_init"
-"""The experiment's id in the registry and on the command line (`normlab run NAME`)."""
 TITLE = "Post-LN vs Pre-LN at initialization (Xiong et al. 2020, Lemma 2 and Theorem 1)"
-"""The experiment's title: the heading of its section in the report and of its page."""
 DEPTHS = (6, 12, 24, 48)
 """The depths L of Theorem 1's gradient measurement."""
 POST_TARGET = 1.5
