@@ -37,10 +37,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import torch
 
+from normlab import _backend
 from normlab.precision import blocks
 from normlab.precision.formats import Format
+from normlab.torch import _operand_ops as ops
 from normlab.torch.namespace import TORCH
 from normlab.torch.numerics._quantizers import Quantized
 
@@ -55,32 +58,80 @@ MAX_KEYS = ("amax", "neg_min_nonzero", "worst_block_range", "scale_max", "neg_sc
 _NONE = -math.inf  # a maximum over nothing
 
 
-def _block_ranges(a: torch.Tensor, block: tuple[int, int]) -> torch.Tensor:
-    """log2(block amax / block min nonzero) of |x| `a` (R, C; non-finite set to 0), per
-    block with a nonzero value; -inf for the others."""
-    tiles = blocks.tile(a, block, xp=TORCH)  # 1,nR,r,nC,c (zero-padded)
-    top = tiles.amax(dim=(2, 4))  # 1,nR,nC
-    low = torch.where(tiles > 0, tiles, torch.inf).amin(dim=(2, 4))
-    ranges = torch.log2(top.to(torch.float64)) - torch.log2(low.to(torch.float64))
-    return torch.where(top > 0, ranges, _NONE)
-
-
 def clip_level(fmt: Format) -> float:
     """The smallest scaled magnitude that rounds beyond `fmt`'s largest value: max plus half
     the spacing of the top binade."""
     return float(fmt.max + 2.0 ** (math.floor(math.log2(fmt.max)) - fmt.mantissa_bits - 1))
 
 
-def _per_element(scales: torch.Tensor | None, block: tuple[int, int] | None,
-                 shape: torch.Size) -> torch.Tensor:
-    """Each element's dequantisation multiplier (float64): its block's, broadcast."""
+def _grid(scales: torch.Tensor | None, block: tuple[int, int] | None,
+          shape: torch.Size) -> tuple[torch.Tensor, tuple[int, int]]:
+    """The dequantisation multipliers as a float64 grid (nR, nC) and its block: the
+    quantizer's blocks, or one block covering the operand (a per-tensor scale; 1 for
+    unscaled rounding)."""
+    whole = (max(int(shape[0]), 1), max(int(shape[1]), 1))
+    cover = whole if block is None else block
     if scales is None:
-        return torch.ones((), dtype=torch.float64)
+        return torch.ones(blocks.grid_shape(tuple(shape), cover), dtype=torch.float64), cover
     s = scales.to(torch.float64)
     if block is None:  # one per-tensor scale
-        return s.reshape(())
-    grid = s.reshape(blocks.grid_shape(tuple(shape), block))  # nR,nC
-    return blocks.spread(grid, block, tuple(shape), xp=TORCH)  # R,C
+        return s.reshape(1, 1), cover
+    return s.reshape(blocks.grid_shape(tuple(shape), block)), cover  # nR,nC
+
+
+def _reference(x: torch.Tensor, v: torch.Tensor, grid: torch.Tensor, block: tuple[int, int],
+               clip: float, ranges: bool) -> tuple[torch.Tensor, ...]:
+    """The element statistics of operand `x` (R, C, float32, non-empty) quantised as `v`,
+    in torch ops on any device: the specification of the kernel `"operand_stats"`
+    ([normlab.kernels.operand_stats][], which lists what it returns)."""
+    a = x.abs()
+    finite = torch.isfinite(x)
+    nonzero = finite & (x != 0)
+    scale = (grid.reshape(()) if grid.numel() == 1  # one multiplier, broadcast
+             else blocks.spread(grid, block, tuple(x.shape), xp=TORCH))  # R,C
+    clipped = (scale > 0) & (a.to(torch.float64) >= scale * clip)
+    overflow = finite & (~torch.isfinite(v) | clipped)
+    both = finite & torch.isfinite(v)
+    x64 = torch.where(both, x, 0.0).to(torch.float64)
+    err = x64 - torch.where(both, v, 0.0).to(torch.float64)
+    sums = torch.stack([
+        torch.tensor(float(x.numel()), dtype=torch.float64, device=x.device),
+        (~finite).sum().to(torch.float64), finite.sum().to(torch.float64),
+        nonzero.sum().to(torch.float64), (nonzero & (v == 0)).sum().to(torch.float64),
+        overflow.sum().to(torch.float64), both.sum().to(torch.float64), (x64 * x64).sum(),
+        (err * err).sum()])
+    a = torch.where(finite, a, 0.0)  # R,C
+    extrema = torch.stack([a.amax(), torch.where(nonzero, a, torch.inf).amin()])
+    if not ranges:
+        empty = a.new_empty((0, 0))
+        return sums, extrema, empty, empty
+    tiles = blocks.tile(a, block, xp=TORCH)  # 1,nR,r,nC,c (zero-padded)
+    tops = tiles.amax(dim=(2, 4))[0]  # nR,nC
+    lows = torch.where(tiles > 0, tiles, torch.inf).amin(dim=(2, 4))[0]  # nR,nC
+    return sums, extrema, tops, lows
+
+
+def _reference_numpy(x: np.ndarray, v: np.ndarray, grid: np.ndarray, br: int, bc: int,
+                     clip: float, ranges: bool) -> tuple[np.ndarray, ...]:
+    """`_reference` with the kernel's NumPy arguments (what runs if the kernel fails)."""
+    out = _reference(torch.from_numpy(np.array(x)), torch.from_numpy(np.array(v)),
+                     torch.from_numpy(np.array(grid)), (br, bc), clip, ranges)
+    return tuple(t.numpy() for t in out)
+
+
+def _element_stats(x: torch.Tensor, v: torch.Tensor, grid: torch.Tensor,
+                   block: tuple[int, int], clip: float, ranges: bool
+                   ) -> tuple[torch.Tensor, ...]:
+    """`_reference`'s results; CPU operands go to the kernel `"operand_stats"` (one pass,
+    no temporaries) through zero-copy views."""
+    if x.device.type == "cpu" and _backend.kernel("operand_stats") is not None:
+        xs, vs = ops._numpy_view(x), ops._numpy_view(v)
+        if xs is not None and vs is not None and xs.dtype == vs.dtype == np.float32:
+            with ops._threads():  # the operand kernels' thread policy
+                out = _backend.dispatch("operand_stats", _reference_numpy, xs, vs,
+                                        grid.numpy(), block[0], block[1], clip, ranges)
+            return tuple(torch.from_numpy(a) for a in out)
+    return _reference(x, v, grid, block, clip, ranges)
 
 
 def raw_stats(x: torch.Tensor, q: Quantized, fmt: Format,
@@ -102,38 +153,34 @@ def raw_stats(x: torch.Tensor, q: Quantized, fmt: Format,
     -------
     sums, maxima : torch.Tensor
         float64, shapes (len(SUM_KEYS),) and (len(MAX_KEYS),), on `x`'s device.
+
+    Notes
+    -----
+    One pass over the operand on the CPU (the numba kernel `"operand_stats"`), torch ops
+    on the whole operand elsewhere; the same counts and extremes either way, the float64
+    powers summed in another order.
     """
     x = x.detach().to(torch.float32)  # R,C  (16-bit values widen exactly)
     v = q.values.to(torch.float32)
-    a = x.abs()
-    finite = torch.isfinite(x)
-    nonzero = finite & (x != 0)
-    scale = _per_element(q.scales, block, x.shape)  # R,C or a scalar
-    clipped = (scale > 0) & (a.to(torch.float64) >= scale * clip_level(fmt))
-    overflow = finite & (~torch.isfinite(v) | clipped)
-    both = finite & torch.isfinite(v)
-    x64 = torch.where(both, x, 0.0).to(torch.float64)
-    err = x64 - torch.where(both, v, 0.0).to(torch.float64)
-    sums = torch.stack([
-        torch.tensor(float(x.numel()), dtype=torch.float64, device=x.device),
-        (~finite).sum().to(torch.float64), finite.sum().to(torch.float64),
-        nonzero.sum().to(torch.float64), (nonzero & (v == 0)).sum().to(torch.float64),
-        overflow.sum().to(torch.float64), both.sum().to(torch.float64), (x64 * x64).sum(),
-        (err * err).sum()])
-    a = torch.where(finite, a, 0.0)  # R,C
-    lowest = torch.where(nonzero, a, torch.inf).amin() if x.numel() else torch.tensor(
-        torch.inf, device=x.device)
     none = torch.tensor(_NONE, dtype=torch.float64, device=x.device)
-    worst = (_block_ranges(a, block).amax().to(torch.float64)
-             if block is not None and x.numel() else none)
     if q.scales is not None and q.scales.numel():
         s = q.scales.to(torch.float64).reshape(-1)  # blocks (NaN-block scales left out)
         ok = torch.isfinite(s)
         smax, nsmin = torch.where(ok, s, _NONE).amax(), -torch.where(ok, s, math.inf).amin()
     else:
         smax, nsmin = none, none
-    amax = a.amax().to(torch.float64) if x.numel() else none.new_zeros(())
-    maxima = torch.stack([amax, -lowest.to(torch.float64), worst, smax, nsmin])
+    if not x.numel():
+        sums = torch.zeros(len(SUM_KEYS), dtype=torch.float64, device=x.device)
+        return sums, torch.stack([none.new_zeros(()), none, none, smax, nsmin])
+    grid, cover = _grid(q.scales, block, x.shape)
+    sums, extrema, tops, lows = _element_stats(x, v, grid.to(x.device), cover,
+                                               clip_level(fmt), block is not None)
+    extrema = extrema.to(torch.float64)
+    worst = none
+    if block is not None:
+        ranges = torch.log2(tops.to(torch.float64)) - torch.log2(lows.to(torch.float64))
+        worst = torch.where(tops > 0, ranges, _NONE).amax()
+    maxima = torch.stack([extrema[0], -extrema[1], worst, smax, nsmin])
     return sums, maxima
 
 
