@@ -148,3 +148,24 @@ def test_declines_what_it_does_not_serve() -> None:
                                 False) is NotImplemented
     assert kstats.operand_stats(x, x[:, :2], grid, 2, 3, 7.0, False) is NotImplemented
     assert kstats.operand_stats(x[:0], x[:0], grid, 1, 3, 7.0, False) is NotImplemented
+
+
+@pytest.mark.parametrize(("recipe", "role"), CASES,
+                         ids=[f"{type(r).__name__}-{role}" for r, role in CASES])
+def test_small_array_steps_same_in_torch_and_numpy(recipe, role: str) -> None:
+    """The scale extremes and the worst block's range: NumPy on the CPU, torch ops on
+    other devices (run here on CPU tensors), exactly equal (maxima, minima and float64
+    log2, which the two libraries compute alike)."""
+    x, v, grid, cover, clip, ranges = _args(recipe, role, "rows")
+    scales = operand_quantizer(recipe, role)(_operand("rows")).scales
+    if scales is not None:
+        scales = scales.clone()
+        scales.view(-1)[0] = math.nan  # a NaN block's scale is left out
+    got = _stats._scale_extremes(None if scales is None else scales.numpy(), np)
+    want = _stats._scale_extremes(scales, torch)
+    assert [float(g) for g in got] == [float(w) for w in want]
+    if ranges:
+        _, _, tops, lows = _stats._reference(x, v, grid, cover, clip, ranges)
+        tops, lows = tops.to(torch.float64), lows.to(torch.float64)
+        got = _stats._worst_range(tops.numpy(), lows.numpy(), np)
+        assert float(got) == float(_stats._worst_range(tops, lows, torch))

@@ -162,26 +162,48 @@ def raw_stats(x: torch.Tensor, q: Quantized, fmt: Format,
     """
     x = x.detach().to(torch.float32)  # R,C  (16-bit values widen exactly)
     v = q.values.to(torch.float32)
-    none = torch.tensor(_NONE, dtype=torch.float64, device=x.device)
-    if q.scales is not None and q.scales.numel():
-        s = q.scales.to(torch.float64).reshape(-1)  # blocks (NaN-block scales left out)
-        ok = torch.isfinite(s)
-        smax, nsmin = torch.where(ok, s, _NONE).amax(), -torch.where(ok, s, math.inf).amin()
-    else:
-        smax, nsmin = none, none
     if not x.numel():
+        none = torch.tensor(_NONE, dtype=torch.float64, device=x.device)
+        smax, nsmin = _scale_extremes(q.scales, torch, x.device)
         sums = torch.zeros(len(SUM_KEYS), dtype=torch.float64, device=x.device)
         return sums, torch.stack([none.new_zeros(()), none, none, smax, nsmin])
     grid, cover = _grid(q.scales, block, x.shape)
     sums, extrema, tops, lows = _element_stats(x, v, grid.to(x.device), cover,
                                                clip_level(fmt), block is not None)
-    extrema = extrema.to(torch.float64)
-    worst = none
-    if block is not None:
-        ranges = torch.log2(tops.to(torch.float64)) - torch.log2(lows.to(torch.float64))
-        worst = torch.where(tops > 0, ranges, _NONE).amax()
-    maxima = torch.stack([extrema[0], -extrema[1], worst, smax, nsmin])
-    return sums, maxima
+    if x.device.type != "cpu":  # torch ops, no host sync
+        smax, nsmin = _scale_extremes(q.scales, torch, x.device)
+        worst = (_worst_range(tops.to(torch.float64), lows.to(torch.float64), torch)
+                 if block is not None else smax.new_full((), _NONE))
+        extrema = extrema.to(torch.float64)
+        return sums, torch.stack([extrema[0], -extrema[1], worst, smax, nsmin])
+    # CPU: the small arrays in NumPy, single-threaded (no parallel region of torch's per op)
+    smax, nsmin = _scale_extremes(None if q.scales is None else q.scales.numpy(), np)
+    worst = (_worst_range(tops.numpy().astype(np.float64), lows.numpy().astype(np.float64),
+                          np) if block is not None else _NONE)
+    amax, low = extrema.tolist()
+    return sums, torch.tensor([amax, -low, float(worst), float(smax), float(nsmin)],
+                              dtype=torch.float64)
+
+
+def _scale_extremes(scales: Any, lib: Any, device: Any = None) -> tuple[Any, Any]:
+    """(max, -min) of the finite multipliers (NaN-block scales left out), `_NONE` for none,
+    in `lib` (torch or numpy: the same float64 values, a max and a min being exact)."""
+    if scales is None or not math.prod(scales.shape):
+        none = _NONE if lib is np else torch.tensor(_NONE, dtype=torch.float64, device=device)
+        return none, none
+    s = scales.reshape(-1)
+    s = s.astype(np.float64) if lib is np else s.to(torch.float64)  # blocks
+    ok = lib.isfinite(s)
+    return lib.where(ok, s, _NONE).max(), -lib.where(ok, s, math.inf).min()
+
+
+def _worst_range(tops: Any, lows: Any, lib: Any) -> Any:
+    """max over blocks with a nonzero value of log2(top) - log2(low) (float64 `tops`,
+    `lows`; `_NONE` when no block has one), in `lib` (torch or numpy, whose float64 log2
+    agree)."""
+    with np.errstate(divide="ignore", invalid="ignore"):  # log2(0) of empty blocks
+        ranges = lib.log2(tops) - lib.log2(lows)
+    return lib.where(tops > 0, ranges, _NONE).max()
 
 
 def _ratio(n: float, d: float) -> float:
