@@ -1,5 +1,5 @@
 """The inspector's operand statistics kernel: the numba side of
-[normlab.torch.numerics._stats][] (the adapter).
+`normlab.torch.numerics._stats` (the adapter).
 
 Dimension letters: R, C the operand's rows and columns; br x bc one block; nR x nC the
 block grid.

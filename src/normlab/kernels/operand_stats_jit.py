@@ -4,7 +4,7 @@ Dimension letters: R, C the operand's rows and columns; br x bc one block; nR x 
 block grid.
 
 `row_stats` reads an operand `x` (R, C) and its quantised values `v` (R, C), both float32,
-once, and writes per row what [normlab.torch.numerics._stats][] reduces over the whole
+once, and writes per row what `normlab.torch.numerics._stats` reduces over the whole
 operand: six counts, two float64 powers, the amax and the smallest nonzero magnitude, and
 (when blocks are asked for) each block's largest and smallest nonzero magnitude within the
 row. Every row is one parallel task writing its own output rows, so the result does not

@@ -5,7 +5,12 @@ Dimension letters: R, C the operand's rows and columns; br x bc one block.
 [raw_stats][normlab.torch.numerics._stats.raw_stats] reduces an operand `x` (R, C) and its
 quantisation to a few numbers that combine across ranks or micro-batches by a sum
 (`SUM_KEYS`: counts and powers) or a maximum (`MAX_KEYS`; minima enter negated), kept as two
-float64 tensors on the operand's device (no host sync).
+float64 tensors on the operand's device (no host sync off the CPU). On the CPU the element
+statistics come from one pass of the numba kernel `"operand_stats"`
+([normlab.kernels.operand_stats][]) and the small per-block arrays are finished in NumPy;
+elsewhere (and without the kernel) torch ops on the whole operand (`_reference`, the
+kernel's specification) compute the same numbers, the float64 powers summed in another
+order.
 [finish][normlab.torch.numerics._stats.finish] turns them into the record's fields:
 
 * `underflow`: of the nonzero finite values of `x`, the fraction whose quantised value is 0
