@@ -77,6 +77,7 @@ KERNELS: dict[str, str] = {
     "fake_encode_operand": "normlab.kernels.operand:fake_encode_operand",
     "tensor_amax": "normlab.kernels.operand:tensor_amax",
     "decode_operand": "normlab.kernels.operand:decode_operand",
+    "operand_stats": "normlab.kernels.operand_stats:operand_stats",
     "layer_norm_forward": "normlab.kernels.row_norms:layer_norm_forward",
     "layer_norm_backward": "normlab.kernels.row_norms:layer_norm_backward",
     "add_layer_norm_forward": "normlab.kernels.row_norms:add_layer_norm_forward",

@@ -43,17 +43,19 @@ def _train(net: torch.nn.Module, steps: int, log=None) -> list[torch.Tensor]:
     return losses
 
 
-def test_shadow_mode_leaves_losses_and_parameters_bit_identical():
+@pytest.mark.parametrize("every", [1, 3])
+def test_shadow_mode_leaves_losses_and_parameters_bit_identical(every):
     plain = _net()
     want = _train(plain, 4)
     watched = _net()
-    with nt.inspect(watched, ALL) as log:
+    with nt.inspect(watched, ALL, every=every) as log:
         got = _train(watched, 4, log)
     assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
     for (name, p), q in zip(watched.named_parameters(), plain.parameters(), strict=True):
         assert torch.equal(p, q), name
-    # and it did record: 4 steps x 3 layers x 3 tensors x 6 recipes
-    assert len(log.records) == 4 * 3 * 3 * len(ALL)
+    # and it did record: the recorded steps x 3 layers x 3 tensors x 6 recipes
+    recorded = len(range(0, 4, every))
+    assert len(log.records) == recorded * 3 * 3 * len(ALL)
     assert not any(m._forward_hooks for m in watched.modules())  # hooks removed on exit
 
 
@@ -66,6 +68,35 @@ def test_every_records_every_nth_step_and_modules_selects_layers(tmp_path):
     assert {r["module"] for r in log.records} == {"0", "5"}
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert lines == log.records
+
+
+def test_hooks_are_installed_for_recorded_steps_only():
+    """With every=3, steps 1, 2, 4 and 5 run without any hook of the inspector's: no
+    forward hook on a layer, no gradient hook on a layer's output (hooks left installed
+    that return early would fail this), and the layers are left as they were on exit."""
+    net = _net()
+    layers = [m for m in net.modules() if isinstance(m, torch.nn.Linear)]
+    outputs: list[torch.Tensor] = []
+    for m in layers:  # the user's own hook, which must stay
+        m.register_forward_hook(lambda module, args, out: outputs.append(out))
+    before = [len(m._forward_hooks) for m in layers]
+    seen = []
+    x = torch.randn(8, 32)
+    with nt.inspect(net, nt.NVFP4Recipe(), every=3) as log:
+        for step in range(7):
+            outputs.clear()
+            added = [len(m._forward_hooks) - b for m, b in zip(layers, before, strict=True)]
+            net(x).sum().backward()
+            seen.append((step, added, [o._backward_hooks is not None for o in outputs]))
+            log.step()
+    for step, added, grad_hooked in seen:
+        recorded = step % 3 == 0
+        assert added == [int(recorded)] * len(layers), step
+        assert grad_hooked == [recorded] * len(layers), step
+    assert [len(m._forward_hooks) for m in layers] == before
+    assert sorted({r["step"] for r in log.records}) == [0, 3, 6]
+    log.step()  # after the context: installs nothing
+    assert [len(m._forward_hooks) for m in layers] == before
 
 
 def test_modules_as_a_predicate_and_patterns():

@@ -8,7 +8,8 @@ inside [inspect][normlab.torch.inspect] (shadow mode, one recipe, `every=1` and
   losses and parameters must be bit-identical (shadow mode changes nothing);
 - time: [alternate][normlab.bench.timing.alternate] in `rounds` alternating rounds, each
   sample `every` steps long (so each inspected sample holds exactly one recorded step and
-  `every - 1` steps that only pass the hooks); the ratio is the median over rounds of
+  `every - 1` steps that run without the inspector's hooks, which it installs for
+  recorded steps only); the ratio is the median over rounds of
   the round's ratio, its interquartile spread beside it. Target: at most 1.15x at
   `every=10`.
 """

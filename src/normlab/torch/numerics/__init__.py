@@ -46,7 +46,7 @@ import torch
 
 from normlab._validate import check_int
 from normlab.precision.scaled.recipes import Recipe, check_recipe
-from normlab.torch.numerics._hooks import attach, select
+from normlab.torch.numerics._hooks import Watch, select
 from normlab.torch.numerics._log import InspectLog
 
 __all__ = ["InspectLog", "inspect"]
@@ -82,8 +82,9 @@ def inspect(model: torch.nn.Module, recipe: Recipe | Sequence[Recipe] | None, *,
     A context manager: inside it, the selected linear layers are watched, and the log it
     yields collects one record per (step, module, tensor, recipe) (the table of
     [InspectLog][normlab.torch.InspectLog]). Call `log.step()` once per optimizer step, after the
-    backward pass. Leaving the context removes every hook, finishes a step left open and
-    closes the file.
+    backward pass. The hooks are installed for the recorded steps only: a step that is not
+    recorded runs the model as it runs without the inspector. Leaving the context removes
+    every hook, finishes a step left open and closes the file.
 
     Parameters
     ----------
@@ -152,11 +153,14 @@ def inspect(model: torch.nn.Module, recipe: Recipe | Sequence[Recipe] | None, *,
                         f"got {modules!r}")
     pairs = select(model, modules, converted=recipes is None)
     log = InspectLog(every=every, path=path)
-    handles = []
+    watch = None
     try:
-        handles = attach(pairs, recipes, log)
+        watch = Watch(pairs, recipes, log)
+        log.on_step = watch.set
+        watch.set(log.recording)
         yield log
     finally:
-        for h in handles:
-            h.remove()
+        log.on_step = None  # a step() after the context installs nothing
+        if watch is not None:
+            watch.set(False)
         log.close()

@@ -1,11 +1,13 @@
 """The inspector's hooks: which layers it watches and how it copies their three GEMM operands.
 
-Contract: [attach][normlab.torch.numerics._hooks.attach] registers, on every selected
-layer, one forward hook (the input and the weight) and, on the layer's output, one tensor
-hook (the output gradient); it returns the handles that remove them. The hooks read the
-tensors and return None: they change no value, no gradient and no random state, so the
-model computes exactly what it computes without them. On a step that is not recorded they
-return at once.
+Contract: [Watch][normlab.torch.numerics._hooks.Watch] registers, on every selected
+layer, one forward hook (the input and the weight), which registers on the layer's output
+one tensor hook (the output gradient), and removes them again. The inspector installs the
+forward hooks for the steps it records only (the log knows at each `step()` whether the
+next one is), so a step that is not recorded runs without them: no hook call per layer and
+no tensor hook in its autograd graph. The hooks read the tensors and return None: they
+change no value, no gradient and no random state, so the model computes exactly what it
+computes without them.
 
 Operands enter as the GEMMs see them: the input flattened to (M, K), the weight as (N, K)
 (Hugging Face's `Conv1D` stores it as (K, N)), the output gradient as (M, N).
@@ -25,7 +27,7 @@ from normlab.torch.numerics._stats import raw_stats
 from normlab.torch.training._plan import hf_conv1d_class
 from normlab.torch.training.linear import QuantLinear
 
-__all__ = ["ROLES", "attach", "select"]
+__all__ = ["ROLES", "Watch", "select"]
 
 ROLES = {"input": "x", "weight": "w", "grad_output": "dy"}
 """Record tensor name -> GEMM operand role."""
@@ -84,17 +86,39 @@ def _record(log: InspectLog, name: str, tensor: str, q: OperandQuantizer,
         log.add(name, tensor, q.recipe, q.fmt.name, stats, q.end_step)
 
 
-def attach(pairs: list[tuple[str, torch.nn.Module]], recipes: list[Any] | None,
-           log: InspectLog) -> list[Any]:
-    """Register the hooks on `pairs`; `recipes` None: each layer's own recipe and state."""
-    handles = []
-    for name, module in pairs:
-        quantizers: dict[str, list[OperandQuantizer]] = {
-            tensor: ([operand_quantizer(module.recipe, role, layer=module)]
-                     if recipes is None else [operand_quantizer(r, role) for r in recipes])
-            for tensor, role in ROLES.items()}
-        handles.append(module.register_forward_hook(_forward_hook(name, quantizers, log)))
-    return handles
+class Watch:
+    """The hooks on `pairs`, installed only while a step is recorded.
+
+    The quantizers are made once (shadow-mode delayed scaling keeps its amax history
+    across steps); `set(True)` registers one forward hook per layer, `set(False)` removes
+    them, so a step that is not recorded runs the model with no hook of the inspector's.
+    `recipes` None: each layer's own recipe and state.
+    """
+
+    def __init__(self, pairs: list[tuple[str, torch.nn.Module]], recipes: list[Any] | None,
+                 log: InspectLog) -> None:
+        self._hooks = []
+        for name, module in pairs:
+            quantizers: dict[str, list[OperandQuantizer]] = {
+                tensor: ([operand_quantizer(module.recipe, role, layer=module)]
+                         if recipes is None else [operand_quantizer(r, role) for r in recipes])
+                for tensor, role in ROLES.items()}
+            self._hooks.append((module, _forward_hook(name, quantizers, log)))
+        self._handles: list[Any] = []
+
+    @property
+    def installed(self) -> bool:
+        """Whether the forward hooks are registered."""
+        return bool(self._handles)
+
+    def set(self, on: bool) -> None:
+        """Register the forward hooks (`on`) or remove them; nothing if already so."""
+        if on and not self._handles:
+            self._handles = [m.register_forward_hook(h) for m, h in self._hooks]
+        elif not on:
+            for handle in self._handles:
+                handle.remove()
+            self._handles = []
 
 
 def _forward_hook(name: str, quantizers: dict[str, list[OperandQuantizer]],

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from typing import Any, TextIO
 
 import torch
@@ -44,12 +45,17 @@ class InspectLog:
         Records every `every`-th step.
     path : str or None
         The JSON-lines file (None: records are kept in memory only).
+    on_step : callable or None
+        Called as `on_step(recording)` at the end of each `step()`, with whether the new
+        step is recorded ([inspect][normlab.torch.inspect] installs or removes its hooks
+        there); None: nothing.
     """
 
     def __init__(self, *, every: int, path: str | os.PathLike[str] | None) -> None:
         self.records: list[dict[str, Any]] = []
         self.every = every
         self.path = None if path is None else os.fspath(path)
+        self.on_step: Callable[[bool], None] | None = None
         self._step = 0
         self._pending: dict[tuple[str, str, str], tuple[str, torch.Tensor, torch.Tensor]] = {}
         self._end_steps: list[Any] = []
@@ -87,6 +93,8 @@ class InspectLog:
         """End the optimizer step: finish, reduce and write its records, then count it."""
         self._flush()
         self._step += 1
+        if self.on_step is not None:
+            self.on_step(self.recording)
 
     def _flush(self) -> None:
         keys = sorted(self._pending)  # the same order on every rank

@@ -147,11 +147,12 @@ def operand_quantizer(recipe: Any, role: str, *, layer: Any = None) -> OperandQu
 
 
 def _run(q: Quantizer, t: torch.Tensor, scale: torch.Tensor | None) -> Quantized:
-    """The layer's operand `q(t)` and its block multipliers (from the encoded scales)."""
-    values = ops.fake(t, q, scale=scale)
+    """The layer's operand `q(t)` and its block multipliers (from the encoded scales):
+    values and codes from one pass where the quantizer allows (`fake_encode`, as a
+    layer's forward quantises its input; otherwise its two passes)."""
     if not q.has_scales:
-        return Quantized(values, None)
-    codes, scales, tensor_scale = ops.encode(t, q, scale=scale)
+        return Quantized(ops.fake(t, q, scale=scale), None)
+    values, (codes, scales, tensor_scale) = ops.fake_encode(t, q, scale=scale)
     mult = q.multipliers(q.encoded(codes, scales, tensor_scale), TORCH)
     return Quantized(values, mult.to(torch.float32))
 
