@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from normlab.nn import Linear, Parameter, ReLU
+from normlab.nn import GELU, Linear, Parameter
 from normlab.precision import FLOAT16, quantize
 
 __all__ = ["FEATURES", "HIDDEN", "HIDDEN_LAYERS", "DenseNet", "init_record", "layer_errors"]
@@ -20,11 +20,11 @@ FEATURES = 32
 HIDDEN = 32
 """H, the width of the hidden layers."""
 HIDDEN_LAYERS = 2
-"""ReLU hidden layers before the linear head."""
+"""GELU hidden layers before the linear head (GELU, not ReLU: see the experiment's docstring)."""
 
 
 class DenseNet:
-    """A ReLU MLP with a wide linear head, a fixed output multiplier and an optional fp16
+    """A GELU MLP with a wide linear head, a fixed output multiplier and an optional fp16
     rounding after every op.
 
     The output is `output_scale * head(h)`: a fixed multiplier (a power of two, so exact in
@@ -37,7 +37,7 @@ class DenseNet:
         fan_in = FEATURES
         for _ in range(HIDDEN_LAYERS):  # He: N(0, 2 / fan_in); "normal" gives zero biases
             self.layers += [Linear(fan_in, HIDDEN, rng=rng, init="normal",
-                                   std=math.sqrt(2.0 / fan_in)), ReLU()]
+                                   std=math.sqrt(2.0 / fan_in)), GELU()]
             fan_in = HIDDEN
         self.layers.append(Linear(HIDDEN, k, rng=rng, init="normal",
                                   std=math.sqrt(2.0 / HIDDEN)))

@@ -111,7 +111,7 @@ def replicates(settings: Settings) -> list[Settings]:
 def gradient_sample(settings: Settings, progress: Progress | None = None) -> np.ndarray:
     """Every backward signal of 10 evenly spaced steps of the fp32 run (as Figure 3), float32.
 
-    Exact zeros (ReLU) included; the same values `measure` histograms: one BLAS
+    Exact zeros (if any) included; the same values `measure` histograms: one BLAS
     thread, as `run` uses (the thread count changes the products' summation order, and
     with it a few of the values that underflow to zero).
     """
