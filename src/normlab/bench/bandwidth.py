@@ -19,14 +19,14 @@ import importlib
 import math
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
 import numpy as np
 
 from normlab import _backend
-from normlab.bench.timing import MIN_SAMPLE_S, alternate, measure
+from normlab.bench.timing import MIN_SAMPLE_S, alternate, measure, relative_iqr
 
 __all__ = ["against_copy", "copy_bandwidth", "kernel_threads"]
 _MIN_ROUNDS, _MAX_ROUNDS = 10, 40
@@ -76,11 +76,6 @@ def kernel_threads() -> int | None:
     """
     copy = _parallel_copy_module()
     return None if copy is None else int(copy.num_threads())
-
-
-def _spread(samples: Sequence[float]) -> float:
-    q1, median, q3 = statistics.quantiles(samples, n=4)
-    return (q3 - q1) / median if median > 0 else 0.0
 
 
 def against_copy(fn: Callable[[], Any], src: np.ndarray, copies: float,
@@ -135,7 +130,7 @@ def against_copy(fn: Callable[[], Any], src: np.ndarray, copies: float,
     ratios = [a / (copies * b) for a, b in zip(alt.a_s, alt.b_s, strict=True)]
     copy_s = statistics.median(alt.b_s)
     return {"normlab_s": statistics.median(alt.a_s), "normlab_min_s": min(alt.a_s),
-            "normlab_spread": _spread(alt.a_s), "normlab_samples": len(alt.a_s),
+            "normlab_spread": relative_iqr(alt.a_s), "normlab_samples": len(alt.a_s),
             "normlab_stable": True, "copy_s": copy_s, "bound_s": copies * copy_s,
             "bound_alloc_s": copies * copy_s, "bound_ratio": statistics.median(ratios),
-            "bound_ratio_spread": _spread(ratios)}
+            "bound_ratio_spread": relative_iqr(ratios)}

@@ -27,7 +27,8 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-__all__ = ["BLOCK_BYTES", "LINE_BYTES", "ahead_of", "read_span", "write_span"]
+__all__ = ["AHEAD_BYTES", "BLOCK_BYTES", "LINE_BYTES", "MIN_BYTES", "ahead_of", "read_span",
+           "write_span"]
 
 LINE_BYTES = 64
 """Bytes per cache line: one prefetch per line."""
@@ -38,8 +39,14 @@ Small enough that a burst fits the core's outstanding-miss slots, large enough t
 block's loop still vectorises (measured on float32 rows: 1 KiB blocks cost 5-15% in L2
 against one loop over the row; 64-byte blocks cost 2.4x).
 """
-AHEAD_BYTES = 16384  # one 4096-float row, four 1024-float rows: ahead of the next row's reads
-MIN_BYTES = 1 << 21  # below a core's L2 (2 MiB) the array stays in cache: no prefetch
+AHEAD_BYTES = 16384
+"""How far ahead the lines are requested: one row of 4096 float32, four rows of 1024.
+
+Far enough that a line arrives before its row is read (a row takes about a microsecond per
+thread at memory speed), near enough that it is still in cache when it is.
+"""
+MIN_BYTES = 1 << 21
+"""Arrays smaller than this (a core's 2 MiB L2) are not prefetched: they stay in cache."""
 
 
 def _prefetch(write: int) -> Any:
