@@ -15,7 +15,18 @@ out once: the row (<= a few tens of KiB) stays in L1/L2 for the second and third
 (two-pass variance, then the output), so there is no E[x^2] - E[x]^2 cancellation.
 Backward reads x and dout once and writes dx once: the first sweep forms both row sums
 sum(g * dy) and sum(g * dy * x_hat), the second writes dx and adds dy * x_hat, dy into the
-chunk's parameter-gradient row.
+chunk's parameter-gradient row. For arrays larger than a core's cache the output sweep runs
+in blocks of `prefetch_jit.BLOCK_BYTES`, each preceded by prefetches of the lines
+`ahead` elements on (inputs for reading, outputs for writing: see
+[normlab.kernels.prefetch_jit][]), so the memory bus keeps streaming while a row is worked
+on in L1. When `ahead` is 0 the sweep is one block, the whole row.
+
+Fastmath and bit-identity: the output sweeps call one helper (`_affine`, `_scaled`,
+`_ln_dx`, `_rms_dx`) from one call site, whether blocked or not. Two call sites (one per
+path) gave float64 backward results that differed from the one-loop kernel by up to
+thousands of ulp where dx cancels: with `reassoc`, LLVM rewrites `x_hat * (b / W)` one way
+when the quotient has one use and another when it has two. One call site keeps the
+arithmetic of every element the same with and without prefetching (tested bit for bit).
 
 Determinism: parameter gradients are reduced per fixed chunk of rows (K depends only on the
 shape, never on the thread count; at most 256 rows a chunk:
