@@ -120,7 +120,8 @@ def _kernel_section(args: argparse.Namespace, budget: float, torch: Any) -> dict
     for shape in large:
         rows += [bench_norm(name, shape, ctx) for name in ("layer_norm", "rms_norm")]
         rows += [bench_quantize(fmt, shape, ctx) for fmt in ("bf16", "e4m3")]
-        rows += [bench_norm_out(name, shape, ctx) for name in ("layer_norm", "rms_norm")]
+        rows += [bench_norm_out(name, shape, ctx, forward_only=fo)
+                 for name in ("layer_norm", "rms_norm") for fo in (True, False)]
         rows += [bench_quantize_out(fmt, shape, ctx) for fmt in ("bf16", "e4m3")]
     channel = {"batch_norm": large[-1],
                "group_norm": (8, 64, 16, 16) if args.quick else (64, 256, 32, 32)}

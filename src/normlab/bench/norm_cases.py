@@ -8,6 +8,8 @@ a new output) and `ref_values` (values the slow NumPy reference quantize is time
 Correctness is checked before timing: norms within $16 \epsilon_{32} \sqrt{W} \max|ref|$ of
 the float64 reference, `out=` rows equal to their new-array results. Bytes that must move:
 the forward reads x and writes out, the backward reads x and dout and writes dx (5 arrays).
+The `out=` rows are timed in alternation with the all-core copy of x, their bound taken
+from the copies of the same rounds.
 Compared with `torch.nn.functional.layer_norm` / `rms_norm` plus autograd backward when
 PyTorch is installed (imported by the caller; the library itself never imports it).
 """
@@ -21,6 +23,7 @@ import numpy as np
 
 import normlab as nl
 from normlab import _backend
+from normlab.bench.bandwidth import against_copy
 from normlab.bench.memory import peak_extra
 from normlab.bench.timing import time_into
 
@@ -134,10 +137,15 @@ def bench_norm(name: str, shape: tuple[int, int], ctx: dict[str, Any]) -> dict[s
     return row
 
 
-def bench_norm_out(name: str, shape: tuple[int, int], ctx: dict[str, Any]) -> dict[str, Any]:
-    """Forward + backward into `out=` buffers allocated once: held to the plain copy bound.
+def bench_norm_out(name: str, shape: tuple[int, int], ctx: dict[str, Any],
+                   forward_only: bool = False) -> dict[str, Any]:
+    """Forward (+ backward) into `out=` buffers allocated once, against the all-core copy.
 
-    No page zero-fill of new results, so the bound is the copy bound without it.
+    No page zero-fill of new results, so the bound is the copy bound without it. The op
+    and the copy of x are timed in alternating rounds
+    ([against_copy][normlab.bench.bandwidth.against_copy]): the forward moves one copy's
+    bytes (reads x, writes out), the forward + backward 2.5 (and reads x and dout, writes
+    dx).
 
     Parameters
     ----------
@@ -147,6 +155,8 @@ def bench_norm_out(name: str, shape: tuple[int, int], ctx: dict[str, Any]) -> di
         (R, W), float32.
     ctx : dict
         The run's context (see the module docstring).
+    forward_only : bool, optional
+        Time the forward alone (the row "<name> fwd out="). Default False.
 
     Returns
     -------
@@ -157,19 +167,30 @@ def bench_norm_out(name: str, shape: tuple[int, int], ctx: dict[str, Any]) -> di
     x, dy, g, b = case["x"], case["dy"], case["g"], case["b"]
     y, dx, dg, db = np.empty_like(x), np.empty_like(x), np.empty_like(g), np.empty_like(b)
     if name == "layer_norm":
-        def fwd_bwd() -> Any:
-            _, cache = nl.layer_norm_forward(x, g, b, out=y)
+        def fwd() -> Any:
+            return nl.layer_norm_forward(x, g, b, out=y)
+
+        def bwd(cache: Any) -> Any:
             return nl.layer_norm_backward(dy, cache, out=(dx, dg, db))
     else:
-        def fwd_bwd() -> Any:
-            _, cache = nl.rms_norm_forward(x, g, out=y)
+        def fwd() -> Any:
+            return nl.rms_norm_forward(x, g, out=y)
+
+        def bwd(cache: Any) -> Any:
             return nl.rms_norm_backward(dy, cache, out=(dx, dg))
-    row: dict[str, Any] = {"op": f"{name} fwd+bwd out=", "shape": list(shape)}
+
+    def fwd_bwd() -> Any:
+        return bwd(fwd()[1])
+
+    copies = 1.0 if forward_only else 2.5  # bytes moved / (2 x.nbytes)
+    op = f"{name} fwd out=" if forward_only else f"{name} fwd+bwd out="
+    row: dict[str, Any] = {"op": op, "shape": list(shape)}
     if ctx["kernels"]:
         fwd_bwd()
         out, cache = case["fwd"](x, g)
         same = np.array_equal(y, out) and np.array_equal(dx, case["bwd"](dy, cache)[0])
         row["check"] = {"same_as_new_arrays": bool(same)}
-        time_into(row, "normlab", fwd_bwd, ctx["budget"])
-    row["bound_s"] = row["bound_alloc_s"] = 5 * x.nbytes / ctx["bandwidth"]
+        row.update(against_copy(fwd if forward_only else fwd_bwd, x, copies, ctx["budget"]))
+    else:
+        row["bound_s"] = row["bound_alloc_s"] = 2 * copies * x.nbytes / ctx["bandwidth"]
     return row

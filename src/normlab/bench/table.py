@@ -5,7 +5,8 @@ Contract: rows are the dicts the cases build (`op`, `shape`, and for each of `no
 `<who>_min_s` and `<who>_spread` from [measure][normlab.bench.timing.measure], plus
 `bound_s` / `bound_alloc_s` where a bandwidth bound applies). Ratios "A / normlab" above 1
 mean normlab is faster; "normlab / bound" is how far normlab is from moving its bytes at
-the copy bandwidth.
+the copy bandwidth (for rows with `bound_ratio`, timed in alternation with the copy of the
+same bytes, that median of the rounds' ratios).
 """
 
 from __future__ import annotations
@@ -46,6 +47,14 @@ def _ratio(a: float | None, b: float | None) -> str:
     return "-" if a is None or b is None else f"{a / b:.2f}x"
 
 
+def _bound_ratios(r: dict[str, Any]) -> list[str]:
+    """normlab / bound and / bound+new; a row timed against the copy shows its round median."""
+    if "bound_ratio" in r:
+        return [f"{r['bound_ratio']:.2f}x"] * 2  # out= rows: nothing new, one bound
+    nls = r.get("normlab_s")
+    return [_ratio(nls, r.get("bound_s")), _ratio(nls, r.get("bound_alloc_s"))]
+
+
 def _cells(r: dict[str, Any]) -> list[str]:
     nls = r.get("normlab_s")
     first, rest = r["op"].split(" ", 1)  # "layer_norm fwd+bwd" -> "LayerNorm fwd+bwd"
@@ -54,7 +63,7 @@ def _cells(r: dict[str, Any]) -> list[str]:
     others = [format_seconds(r.get(k)) for k in ("numpy_s", "torch_s", "ml_dtypes_s", "bound_s")]
     return [f"{_OP_NAMES.get(first, first)} {rest}", "x".join(map(str, r["shape"])), *times,
             "-" if spread is None else f"{100 * spread:.0f}%", *others,
-            _ratio(nls, r.get("bound_s")), _ratio(nls, r.get("bound_alloc_s")),
+            *_bound_ratios(r),
             _ratio(r.get("torch_s"), nls), _ratio(r.get("ml_dtypes_s"), nls)]
 
 
@@ -160,7 +169,8 @@ def report(info: dict[str, Any], rows: list[dict[str, Any]], ok: bool, markdown:
           "NumPy time is scaled from those rows to the whole array)")
     print("spread = interquartile range / median of the samples; 'bound' = bytes that must "
           "move / copy bandwidth; 'bound+new' adds the zero-fill of freshly allocated outputs; "
-          "A / normlab > 1 means normlab is faster")
+          "norm out= rows: timed in alternation with an all-core copy of x, the ratio is the "
+          "median over rounds; A / normlab > 1 means normlab is faster")
     for r in rows:
         if "normlab_peak_extra_bytes" in r:
             print(f"peak extra memory {r['op']} {r['shape']}: normlab "

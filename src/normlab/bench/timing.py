@@ -53,7 +53,8 @@ def _sample(fn: Callable[[], Any], inner: int, sync: Callable[[], None] = _no_sy
     return (time.perf_counter() - t0) / inner
 
 
-def _relative_iqr(samples: Sequence[float]) -> float:
+def relative_iqr(samples: Sequence[float]) -> float:
+    """Interquartile range over the median of `samples` (0 for fewer than two samples)."""
     if len(samples) < 2:
         return 0.0
     q1, _, q3 = statistics.quantiles(samples, n=4)
@@ -145,7 +146,7 @@ def measure(fn: Callable[[], Any], *, budget_s: float = 3.0, batch: int = 5,
         previous = median
         if len(samples) >= 2 * batch and time.perf_counter() - start > budget_s:
             break
-    return Timing(min(samples), statistics.median(samples), _relative_iqr(samples), len(samples),
+    return Timing(min(samples), statistics.median(samples), relative_iqr(samples), len(samples),
                   stable)
 
 
@@ -203,7 +204,7 @@ class Alternation:
     @property
     def ratio_spread(self) -> float:
         """Interquartile range over the median of the rounds' ratios."""
-        return _relative_iqr([a / b for a, b in zip(self.a_s, self.b_s, strict=True)])
+        return relative_iqr([a / b for a, b in zip(self.a_s, self.b_s, strict=True)])
 
 
 def alternate(a: Callable[[], Any], b: Callable[[], Any], *, rounds: int, inner: int = 1,

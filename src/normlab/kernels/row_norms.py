@@ -23,6 +23,7 @@ import numpy as np
 
 from normlab.kernels import row_norms_jit as jit
 from normlab.kernels._adapt import launch, reduce_chunks, rows_of, same_dtype, vec
+from normlab.kernels.prefetch_jit import ahead_of
 from normlab.norms._cache import LayerNormCache, RMSNormCache
 
 __all__: list[str] = []  # the kernels are reached through normlab._backend only
@@ -70,7 +71,7 @@ def layer_norm_forward(
     out = _rows_into(dest, r, w, x.dtype)
     mean, rstd = np.empty(r, x.dtype), np.empty(r, x.dtype)  # (R,)
     g, b = vec(gamma, w, x.dtype, 1.0), vec(beta, w, x.dtype, 0.0)
-    launch(jit.layer_norm_fwd, x2.size, x2, g, b, eps, out, mean, rstd)
+    launch(jit.layer_norm_fwd, x2.size, x2, g, b, eps, out, mean, rstd, ahead_of(x2))
     lead = x.shape[: x.ndim - k]
     cache = LayerNormCache(x, gamma, beta, mean.reshape(lead), rstd.reshape(lead), eps, k)
     return (out.reshape(x.shape) if dest is None else dest), cache
@@ -91,7 +92,8 @@ def _ln_backward(dout: np.ndarray, dres: np.ndarray | None, cache: LayerNormCach
     rstd = np.ascontiguousarray(cache.rstd).reshape(r)
     gamma = vec(cache.gamma, w, x.dtype, 1.0)
     dy = _grad_rows(dout, x2)  # (R, W)
-    launch(jit.layer_norm_bwd, x2.size, dy, x2, mean, rstd, gamma, res, dx, pg, pb)
+    launch(jit.layer_norm_bwd, x2.size, dy, x2, mean, rstd, gamma, res, dx, pg, pb,
+           ahead_of(x2))
     grads = _grads_into(dest, reduce_chunks(pg, cache.gamma), reduce_chunks(pb, cache.beta))
     return (dx.reshape(x.shape) if dest is None or dest[0] is None else dest[0]), *grads
 
@@ -129,7 +131,8 @@ def rms_norm_forward(
     x2 = rows_of(x, k)  # (R, W)
     r, w = x2.shape
     out, rstd = _rows_into(dest, r, w, x.dtype), np.empty(r, x.dtype)
-    launch(jit.rms_norm_fwd, x2.size, x2, _gain(weight, offset, w, x.dtype), eps, out, rstd)
+    launch(jit.rms_norm_fwd, x2.size, x2, _gain(weight, offset, w, x.dtype), eps, out, rstd,
+           ahead_of(x2))
     cache = RMSNormCache(x, weight, rstd.reshape(x.shape[: x.ndim - k]), eps, offset, k)
     return (out.reshape(x.shape) if dest is None else dest), cache
 
@@ -152,7 +155,8 @@ def _rms_backward(dout: np.ndarray, dres: np.ndarray | None, cache: RMSNormCache
     res = _NO_RES.astype(x.dtype) if dres is None else _grad_rows(dres, x2)
     gain = _gain(cache.weight, cache.offset, w, x.dtype)
     rstd = np.ascontiguousarray(cache.rstd).reshape(r)
-    launch(jit.rms_norm_bwd, x2.size, _grad_rows(dout, x2), x2, rstd, gain, res, dx, pg)
+    launch(jit.rms_norm_bwd, x2.size, _grad_rows(dout, x2), x2, rstd, gain, res, dx, pg,
+           ahead_of(x2))
     grads = _grads_into(dest, reduce_chunks(pg, cache.weight))
     return (dx.reshape(x.shape) if dest is None or dest[0] is None else dest[0]), *grads
 

@@ -15,7 +15,18 @@ out once: the row (<= a few tens of KiB) stays in L1/L2 for the second and third
 (two-pass variance, then the output), so there is no E[x^2] - E[x]^2 cancellation.
 Backward reads x and dout once and writes dx once: the first sweep forms both row sums
 sum(g * dy) and sum(g * dy * x_hat), the second writes dx and adds dy * x_hat, dy into the
-chunk's parameter-gradient row.
+chunk's parameter-gradient row. For arrays larger than a core's cache the output sweep runs
+in blocks of `prefetch_jit.BLOCK_BYTES`, each preceded by prefetches of the lines
+`ahead` elements on (inputs for reading, outputs for writing: see
+[normlab.kernels.prefetch_jit][]), so the memory bus keeps streaming while a row is worked
+on in L1. When `ahead` is 0 the sweep is one block, the whole row.
+
+Fastmath and bit-identity: the output sweeps call one helper (`_affine`, `_scaled`,
+`_ln_dx`, `_rms_dx`) from one call site, whether blocked or not. Two call sites (one per
+path) gave float64 backward results that differed from the one-loop kernel by up to
+thousands of ulp where dx cancels: with `reassoc`, LLVM rewrites `x_hat * (b / W)` one way
+when the quotient has one use and another when it has two. One call site keeps the
+arithmetic of every element the same with and without prefetching (tested bit for bit).
 
 Determinism: parameter gradients are reduced per fixed chunk of rows (K depends only on the
 shape, never on the thread count; at most 256 rows a chunk:
@@ -33,6 +44,7 @@ import numpy as np
 from numba import njit, prange
 
 from normlab.kernels._adapt import FAST, PARALLEL_MIN_ELEMENTS, jit
+from normlab.kernels.prefetch_jit import BLOCK_BYTES, read_span, write_span
 
 __all__ = [
     "BLOCK",
@@ -116,14 +128,22 @@ def _add_into(a, b):
 
 
 @njit(inline="always")
-def _ln_row(a, r, first_sum, gamma, beta, eps, out, mean, rstd):
+def _affine(xs, ys, gs, bs, mu, rs):
+    """ys = (xs - mu) * rs * gs + bs over 1-d views (LayerNorm's output sweep)."""
+    for j in range(xs.shape[0]):
+        ys[j] = (xs[j] - mu) * rs * gs[j] + bs[j]
+
+
+@njit(inline="always")
+def _ln_row(a, r, first_sum, gamma, beta, eps, out, mean, rstd, ahead):
     """Finish LayerNorm of row r of `a` (R, W) given its first-pass sum: stats, then out.
 
     The second sweep forms the corrected two-pass sums `c = sum(x - mu0)` and
     `v = sum((x - mu0)^2)` (Chan, Golub & LeVeque 1983, as in `normlab._stats`):
     `c / W` is the rounding error of the first mean, so mean and variance are corrected by
     it; the variance is clipped at 0 and 1/sqrt is taken in float64. The third sweep writes
-    `out[r]`. Shared by the plain and the add+norm forward.
+    `out[r]`, in blocks that prefetch the lines `ahead` elements on when `ahead` > 0 (the
+    same arithmetic per element). Shared by the plain and the add+norm forward.
     """
     W = a.shape[1]
     zero = a.dtype.type(0)
@@ -143,47 +163,106 @@ def _ln_row(a, r, first_sum, gamma, beta, eps, out, mean, rstd):
     cm = c / W
     var = max(v / W - cm * cm, 0.0)
     mu_t, rs_t = a.dtype.type(mu0 + cm), a.dtype.type(1.0 / np.sqrt(var + eps))
-    for j in range(W):
-        out[r, j] = (a[r, j] - mu_t) * rs_t * gamma[j] + beta[j]
+    blk, base = W if ahead == 0 else BLOCK_BYTES // a.itemsize, r * W + ahead
+    for j0 in range(0, W, blk):  # one block (the whole row) when ahead == 0
+        j1 = min(j0 + blk, W)
+        if ahead > 0:
+            read_span(a, base + j0, base + j1)
+            write_span(out, base + j0, base + j1)
+        _affine(a[r, j0:j1], out[r, j0:j1], gamma[j0:j1], beta[j0:j1], mu_t, rs_t)
     mean[r] = mu_t
     rstd[r] = rs_t
 
 
 @jit(FAST)
-def layer_norm_fwd(x, gamma, beta, eps, out, mean, rstd):
-    """out = (x - mean) * rstd * gamma + beta per row; fills mean (R,) and rstd (R,)."""
+def layer_norm_fwd(x, gamma, beta, eps, out, mean, rstd, ahead):
+    """out = (x - mean) * rstd * gamma + beta per row; fills mean (R,) and rstd (R,).
+
+    `ahead`: prefetch distance in elements (0: none), see `normlab.kernels.prefetch_jit`.
+    """
     R = x.shape[0]  # x, out: (R, W); gamma, beta: (W,)
     for r in prange(R):
-        _ln_row(x, r, _row_sum(x, r), gamma, beta, eps, out, mean, rstd)
+        _ln_row(x, r, _row_sum(x, r), gamma, beta, eps, out, mean, rstd, ahead)
 
 
 @njit(inline="always")
-def _rms_row(a, r, gain, eps, out, rstd):
-    """out[r] = a[r] * rstd * gain with rstd = 1 / sqrt(mean(a[r]^2) + eps)."""
+def _scaled(xs, ys, gs, rs):
+    """ys = xs * rs * gs over 1-d views (RMSNorm's output sweep)."""
+    for j in range(xs.shape[0]):
+        ys[j] = xs[j] * rs * gs[j]
+
+
+@njit(inline="always")
+def _rms_row(a, r, gain, eps, out, rstd, ahead):
+    """out[r] = a[r] * rstd * gain with rstd = 1 / sqrt(mean(a[r]^2) + eps).
+
+    The output sweep prefetches like `_ln_row` when `ahead` > 0.
+    """
     W = a.shape[1]
     rs_t = a.dtype.type(1.0 / np.sqrt(_row_sq_sum(a, r) / W + eps))
-    for j in range(W):
-        out[r, j] = a[r, j] * rs_t * gain[j]
+    blk, base = W if ahead == 0 else BLOCK_BYTES // a.itemsize, r * W + ahead
+    for j0 in range(0, W, blk):  # one block (the whole row) when ahead == 0
+        j1 = min(j0 + blk, W)
+        if ahead > 0:
+            read_span(a, base + j0, base + j1)
+            write_span(out, base + j0, base + j1)
+        _scaled(a[r, j0:j1], out[r, j0:j1], gain[j0:j1], rs_t)
     rstd[r] = rs_t
 
 
 @jit(FAST)
-def rms_norm_fwd(x, gain, eps, out, rstd):
-    """out = x * rstd * gain per row with rstd = 1 / sqrt(mean(x^2) + eps); fills rstd (R,)."""
+def rms_norm_fwd(x, gain, eps, out, rstd, ahead):
+    """out = x * rstd * gain per row with rstd = 1 / sqrt(mean(x^2) + eps); fills rstd (R,).
+
+    `ahead`: prefetch distance in elements (0: none).
+    """
     R = x.shape[0]  # x, out: (R, W); gain: (W,)
     for r in prange(R):
-        _rms_row(x, r, gain, eps, out, rstd)
+        _rms_row(x, r, gain, eps, out, rstd, ahead)
+
+
+@njit(inline="always")
+def _stream(x, dy, dres, dx, has_res, lo, hi):
+    """Prefetch flat elements [lo, hi) of the backward's inputs (read) and of dx (write)."""
+    read_span(x, lo, hi)
+    read_span(dy, lo, hi)
+    if has_res:
+        read_span(dres, lo, hi)
+    write_span(dx, lo, hi)
+
+
+@njit(inline="always")
+def _ln_dx(xs, dys, dxs, pgs, pbs, gs, mu, rs, a_t, b_t):
+    """LayerNorm's dx sweep over 1-d views; adds dy * x_hat and dy into the chunk partials."""
+    for j in range(xs.shape[0]):
+        xh = (xs[j] - mu) * rs
+        d = dys[j]  # read before dxs[j] is written: dx may be dy
+        dxs[j] = rs * (d * gs[j] - a_t - xh * b_t)
+        pgs[j] += d * xh
+        pbs[j] += d
+
+
+@njit(inline="always")
+def _rms_dx(xs, dys, dxs, pgs, gs, rs, b_t):
+    """RMSNorm's dx sweep over 1-d views; adds dy * x_hat into the chunk partials."""
+    for j in range(xs.shape[0]):
+        xh = xs[j] * rs
+        d = dys[j]
+        dxs[j] = rs * (d * gs[j] - xh * b_t)
+        pgs[j] += d * xh
 
 
 @jit(FAST)
-def layer_norm_bwd(dy, x, mean, rstd, gamma, dres, dx, pg, pb):
+def layer_norm_bwd(dy, x, mean, rstd, gamma, dres, dx, pg, pb, ahead):
     """dx = rstd * (g dy - mean(g dy) - x_hat mean(g dy x_hat)) + dres; pg, pb: (K, W).
 
     pg[k] and pb[k] receive sum(dy * x_hat) and sum(dy) over the rows of chunk k. `dres`
     is the residual-stream gradient of the add+norm variant (R, W), or a (0, 0) array.
+    `ahead`: prefetch distance in elements (0: none) of the dx sweep.
     """
     R, W = x.shape  # dy, x, dx: (R, W); mean, rstd: (R,); gamma: (W,)
     K = pg.shape[0]
+    blk = W if ahead == 0 else BLOCK_BYTES // x.itemsize
     has_res = dres.shape[0] == R and R > 0
     zero = x.dtype.type(0)
     for k in prange(K):
@@ -210,22 +289,26 @@ def layer_norm_bwd(dy, x, mean, rstd, gamma, dres, dx, pg, pb):
                 b += bb
             a_t = x.dtype.type(a / W)
             b_t = x.dtype.type(b / W)
-            xr, dyr, dxr, pgr, pbr = x[r], dy[r], dx[r], pg[k], pb[k]  # 1-d views (_ROWS)
-            for j in range(W):
-                xh = (xr[j] - mu) * rs
-                d = dyr[j]
-                dxr[j] = rs * (d * gamma[j] - a_t - xh * b_t)
-                pgr[j] += d * xh
-                pbr[j] += d
+            base = r * W + ahead
+            for j0 in range(0, W, blk):  # one block (the whole row) when ahead == 0
+                j1 = min(j0 + blk, W)
+                if ahead > 0:
+                    _stream(x, dy, dres, dx, has_res, base + j0, base + j1)
+                _ln_dx(x[r, j0:j1], dy[r, j0:j1], dx[r, j0:j1], pg[k, j0:j1],
+                       pb[k, j0:j1], gamma[j0:j1], mu, rs, a_t, b_t)  # 1-d views (_ROWS)
             if has_res:
-                _add_into(dxr, dres[r])
+                _add_into(dx[r], dres[r])
 
 
 @jit(FAST)
-def rms_norm_bwd(dy, x, rstd, gain, dres, dx, pg):
-    """dx = rstd * (g dy - x_hat mean(g dy x_hat)) + dres; pg: (K, W) sums of dy * x_hat."""
+def rms_norm_bwd(dy, x, rstd, gain, dres, dx, pg, ahead):
+    """dx = rstd * (g dy - x_hat mean(g dy x_hat)) + dres; pg: (K, W) sums of dy * x_hat.
+
+    `ahead`: prefetch distance in elements (0: none) of the dx sweep.
+    """
     R, W = x.shape  # dy, x, dx: (R, W); rstd: (R,); gain: (W,)
     K = pg.shape[0]
+    blk = W if ahead == 0 else BLOCK_BYTES // x.itemsize
     has_res = dres.shape[0] == R and R > 0
     zero = x.dtype.type(0)
     for k in prange(K):
@@ -244,14 +327,15 @@ def rms_norm_bwd(dy, x, rstd, gain, dres, dx, pg):
                     bb += dys[j] * gs[j] * (xs[j] * rs)
                 b += bb
             b_t = x.dtype.type(b / W)
-            xr, dyr, dxr, pgr = x[r], dy[r], dx[r], pg[k]  # 1-d views (_ROWS)
-            for j in range(W):
-                xh = xr[j] * rs
-                d = dyr[j]
-                dxr[j] = rs * (d * gain[j] - xh * b_t)
-                pgr[j] += d * xh
+            base = r * W + ahead
+            for j0 in range(0, W, blk):  # one block (the whole row) when ahead == 0
+                j1 = min(j0 + blk, W)
+                if ahead > 0:
+                    _stream(x, dy, dres, dx, has_res, base + j0, base + j1)
+                _rms_dx(x[r, j0:j1], dy[r, j0:j1], dx[r, j0:j1], pg[k, j0:j1],
+                        gain[j0:j1], rs, b_t)  # 1-d views (_ROWS)
             if has_res:
-                _add_into(dxr, dres[r])
+                _add_into(dx[r], dres[r])
 
 
 @njit(inline="always")
@@ -267,7 +351,7 @@ def add_layer_norm_fwd(x, res, gamma, beta, eps, s, out, mean, rstd):
     R = x.shape[0]  # x, res, s, out: (R, W)
     for r in prange(R):
         _add_row(x, res, s, r)
-        _ln_row(s, r, _row_sum(s, r), gamma, beta, eps, out, mean, rstd)
+        _ln_row(s, r, _row_sum(s, r), gamma, beta, eps, out, mean, rstd, 0)
 
 
 @jit(FAST)
@@ -276,4 +360,4 @@ def add_rms_norm_fwd(x, res, gain, eps, s, out, rstd):
     R = x.shape[0]  # x, res, s, out: (R, W)
     for r in prange(R):
         _add_row(x, res, s, r)
-        _rms_row(s, r, gain, eps, out, rstd)
+        _rms_row(s, r, gain, eps, out, rstd, 0)
