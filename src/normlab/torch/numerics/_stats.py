@@ -46,11 +46,11 @@ import numpy as np
 import torch
 
 from normlab import _backend
-from normlab.precision.scaled import tiling as blocks
 from normlab.precision.formats.format import Format
-from normlab.torch.training import _operand_ops as ops
+from normlab.precision.scaled import tiling as blocks
 from normlab.torch.namespace import TORCH
 from normlab.torch.numerics._quantizers import Quantized
+from normlab.torch.training import _operand_ops as ops
 
 __all__ = ["MAX_KEYS", "SUM_KEYS", "clip_level", "finish", "raw_stats"]
 
