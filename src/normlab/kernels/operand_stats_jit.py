@@ -8,7 +8,7 @@ once, and writes per row what `normlab.torch.numerics._stats` reduces over the w
 operand: six counts, two float64 powers, the amax and the smallest nonzero magnitude, and
 (when blocks are asked for) each block's largest and smallest nonzero magnitude within the
 row. Every row is one parallel task writing its own output rows, so the result does not
-depend on the thread count; the adapter ([normlab.kernels.operand_stats][]) sums the rows in
+depend on the thread count; the adapter (`normlab.kernels.operand_stats`) sums the rows in
 order.
 """
 
