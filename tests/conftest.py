@@ -8,6 +8,7 @@ every oracle comparison in one place.
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 import zlib
 
@@ -23,6 +24,11 @@ from normlab.precision import NAMED_FORMATS, get_format
 _torch = importlib.util.find_spec("torch")
 if _torch is not None and _torch.origin is None:
     sys.modules["torch"] = None  # type: ignore[assignment]
+
+# Multi-threaded kernels compile in this process, not in the background helper: a check of
+# the multi-threaded path must run it, not the serial version that serves while the helper
+# compiles (tests/kernels/test_background_compile.py turns the helper on where it is tested).
+os.environ["NORMLAB_BACKGROUND_COMPILE"] = "0"
 
 # format name -> the numpy / ml_dtypes type that stores it (the independent oracle)
 ML_TYPES: dict[str, type] = {

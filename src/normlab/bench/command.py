@@ -12,7 +12,8 @@ Sections (`--only` picks some; all run by default):
 - `inspect`: the numerics inspector's step against the plain step, `every=1` and
   `every=10` ([normlab.bench.inspect_overhead][]).
 - `cold-start`: the first forward and backward of a converted model per recipe in a new
-  process with an empty kernel cache, then a warm one
+  process with an empty kernel cache (the background compile helper on, then off), then a
+  warm one
   ([torch_cold_start][normlab.bench.compile_time.torch_cold_start]; `--no-compile`
   skips it).
 

@@ -13,6 +13,10 @@ library's whole thread policy:
   region ran, and the workqueue layer's threads do not survive `fork`; after
   `os.fork` (multiprocessing "fork" pools, data-loader workers) every kernel therefore
   uses the serial version, which touches no threading layer.
+* **A multi-threaded version not compiled yet does not hold up the call.** Its first call
+  with new argument types, when numba's disk cache lacks it, asks a helper process to
+  compile it (see `normlab.kernels._background`) and runs the serial version, which
+  computes the same bits, until the helper is done.
 * **Layers that are not thread-safe are serialised.** The workqueue layer aborts when two
   Python threads enter a parallel region at once, so parallel launches hold a lock unless
   the layer in use is `omp` or `tbb`.
@@ -35,6 +39,8 @@ from typing import Any
 import numba
 import numpy as np
 from numba import njit
+
+from normlab.kernels import _background
 
 __all__ = [
     "FAST",
@@ -82,6 +88,13 @@ class DualKernel:
         self.serial = njit(cache=True, fastmath=fastmath)(twin)
         self.__doc__ = fn.__doc__
         self.__name__ = fn.__name__
+        # a module-level kernel is the attribute of its name; factories call `locate_as`
+        self._deferring = _background.defer_compilation(
+            self.parallel, (fn.__module__, fn.__name__, None))
+
+    def locate_as(self, module: str, factory: str, args: tuple[Any, ...]) -> None:
+        """Tell the compile helper that `getattr(module, factory)(*args)` is this kernel."""
+        self._deferring.locator = (module, factory, args)
 
 
 def jit(fastmath: Any = False) -> Callable[[Callable[..., Any]], DualKernel]:
@@ -98,6 +111,13 @@ def launch(kern: DualKernel, n_elements: int, *args: Any) -> Any:
     if n_elements < PARALLEL_MIN_ELEMENTS or _STATE["forked"] or getattr(_LOCAL, "serial",
                                                                            False):
         return kern.serial(*args)
+    try:
+        return _launch_parallel(kern, args)
+    except _background.NotCompiledYet:  # compiling in the helper: the same bits, serially
+        return kern.serial(*args)
+
+
+def _launch_parallel(kern: DualKernel, args: tuple[Any, ...]) -> Any:
     _STATE["parallel_ran"] = True
     if _STATE["layer_safe"]:
         return kern.parallel(*args)

@@ -270,16 +270,18 @@ def fake_blocks(rb: int, B: int, nb: int, stochastic: bool) -> Any:
     the row (vectorised) writes the output row. One parallel task per `_GROUP` rows.
     Flipped, the group's rows are kept and written out together, column by column (runs
     of `_GROUP` contiguous values instead of one value per output row).
-
-    Each (run, rounding) pair is its own kernel, compiled on its first call: a recipe
-    compiles the one path its operands take, not all eight (the first forward of a fresh
-    install waits for one path's compilation).
     """
     runs = rb < B and rb in (16, 32, 128) and nb == -(-B // rb)
-    key = (rb if runs else 0, bool(stochastic))
-    if key not in _FAKE_BLOCKS:
-        _FAKE_BLOCKS[key] = jit()(_fake_blocks_source(*key))
-    return _FAKE_BLOCKS[key]
+    return _fake_blocks_kernel(rb if runs else 0, bool(stochastic))
+
+
+def _fake_blocks_kernel(K: int, stochastic: bool) -> Any:
+    """`fake_blocks` for run `K` (0: any block) and the rounding: its own kernel, compiled
+    on its first call (a recipe compiles the one path its operands take, not all eight)."""
+    if (K, stochastic) not in _FAKE_BLOCKS:
+        _FAKE_BLOCKS[K, stochastic] = jit()(_fake_blocks_source(K, stochastic))
+        _FAKE_BLOCKS[K, stochastic].locate_as(__name__, "_fake_blocks_kernel", (K, stochastic))
+    return _FAKE_BLOCKS[K, stochastic]
 
 
 @jit()
