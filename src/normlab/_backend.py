@@ -289,6 +289,16 @@ def kernel(name: str) -> Callable[..., Any] | None:
     return _REGISTRY.get(name)
 
 
+def kernels_compiled(timeout: float = 600.0) -> bool:
+    """Wait (at most `timeout` seconds) until the helper process has compiled every
+    multi-threaded kernel asked of it (`normlab.kernels._background`; the serial versions
+    serve meanwhile); True when nothing is pending, at once when the kernels never loaded.
+    Timings call it after their warm-up."""
+    if not _STATE["available"]:
+        return True
+    return bool(importlib.import_module("normlab.kernels._background").wait(timeout))
+
+
 def _generator_states(args: tuple[Any, ...]) -> list[tuple[Any, Any]]:
     return [(a, a.bit_generator.state) for a in args if isinstance(a, np.random.Generator)]
 

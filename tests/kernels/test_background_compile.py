@@ -47,12 +47,11 @@ def _run(body: str, tmp_path, timeout: float = 240) -> dict:
 
 def test_helper_compiles_into_the_cache_and_the_next_call_loads_it(tmp_path):
     out = _run("""
-        deadline = time.time() + 180
-        while _background.pending() and time.time() < deadline:
-            time.sleep(0.05)
+        from normlab._backend import kernels_compiled
+        ready = kernels_compiled(180)  # what timings call after their warm-up
         again = quantize(x, "bf16")
         print(json.dumps({
-            "requested": len(jobs), "compiled_here": compiled_here,
+            "requested": len(jobs), "compiled_here": compiled_here, "ready": ready,
             "states": list(_background._JOBS.values()),
             "loaded": sum(sum(k.parallel._cache_hits.values()) for k in kernels),
             "overloads": sum(len(k.parallel.overloads) for k in kernels),
@@ -60,7 +59,7 @@ def test_helper_compiles_into_the_cache_and_the_next_call_loads_it(tmp_path):
     """, tmp_path)
     assert out["requested"] >= 1  # the first call asked the helper ...
     assert out["compiled_here"] == 0  # ... and did not compile the parallel version here
-    assert set(out["states"]) == {"done"}
+    assert out["ready"] and set(out["states"]) == {"done"}
     assert out["loaded"] == out["overloads"] >= 1  # the next call loaded the helper's work
     assert out["same"]  # serial first, parallel next: the same bits
     assert any(p.suffix == ".nbc" for p in tmp_path.rglob("*"))

@@ -36,7 +36,7 @@ import threading
 from typing import Any
 
 __all__ = ["Locator", "NotCompiledYet", "defer_compilation", "enabled", "locate", "pending",
-           "shutdown", "worker"]
+           "shutdown", "wait", "worker"]
 
 _ENV = "NORMLAB_BACKGROUND_COMPILE"
 Locator = tuple[str, str, "tuple[Any, ...] | None"]  # (module, attribute, factory arguments)
@@ -60,6 +60,18 @@ def enabled() -> bool:
 def pending() -> int:
     """How many requested kernels the helper has not finished yet."""
     return sum(state == "pending" for state in _JOBS.values())
+
+
+def wait(timeout: float = 600.0) -> bool:
+    """Block until the helper has finished every requested kernel (at most `timeout`
+    seconds); True when nothing is pending. Timings call it after their warm-up, so that
+    they time the multi-threaded versions, not the serial ones that serve meanwhile."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while pending() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return not pending()
 
 
 def _after_fork_in_child() -> None:
