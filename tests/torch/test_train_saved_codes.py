@@ -118,7 +118,7 @@ def test_backward_from_codes_equals_backward_from_a_float_copy(name, dtype, monk
     old = copy.deepcopy(layer)
     x = _x(dtype)
     new_grads = _grads(layer, x)
-    monkeypatch.setattr(_gemm, "x_operands", lambda lay, xx, keep: (
+    monkeypatch.setattr(_gemm, "x_operands", lambda lay, xx, keep, bf16=False: (
         _gemm.quantize_operand(lay, xx, "x", axis=1), _reference_saved(lay, xx) if keep else None))
     monkeypatch.setattr(_gemm.SavedOperand, "values", lambda self: self.parts[0])
     old_grads = _grads(old, x)
@@ -126,3 +126,17 @@ def test_backward_from_codes_equals_backward_from_a_float_copy(name, dtype, monk
         assert a.dtype == b.dtype
         np.testing.assert_array_equal(a.float().numpy().view(np.uint32),
                                       b.float().numpy().view(np.uint32))
+
+
+def test_a_bf16_layer_of_the_bf16_recipe_saves_x_itself() -> None:
+    """On the bfloat16 GEMM path (no `exact_gemm`), the Bf16 recipe's x is its own
+    quantisation: the layer keeps x itself for wgrad, as `torch.nn.Linear` does, not codes
+    (2 bytes each either way, but no pass over x and no copy)."""
+    torch.manual_seed(0)
+    layer = QuantLinear(K, N, recipe=Bf16Recipe(), dtype=torch.bfloat16).train()
+    x = _x(torch.bfloat16).requires_grad_()
+    kept = [t for t in _saved(layer, x) if t.numel() == M * K]
+    assert len(kept) == 1 and kept[0].data_ptr() == x.data_ptr()
+    exact = QuantLinear(K, N, recipe=Bf16Recipe(), exact_gemm=True, dtype=torch.bfloat16)
+    kept = [t for t in _saved(exact.train(), x) if t.numel() == M * K]
+    assert len(kept) == 1 and kept[0].data_ptr() != x.data_ptr()  # the exact path: codes

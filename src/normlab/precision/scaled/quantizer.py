@@ -137,6 +137,12 @@ class Quantizer:
         """The `Encoded` parts of an operand (None where the family stores none)."""
         return Encoded(elems, scales, tensor_scale)
 
+    def identity_on(self, fmt: Format | None) -> bool:
+        """Whether quantising an operand held in `fmt` keeps every value (rounding to its
+        own format, no scale): the operand may then stand for its quantisation, up to NaN
+        payloads, which quantisation makes the canonical quiet NaN."""
+        return False
+
     def for_input(self, fmt: Format | None) -> Quantizer:
         """The quantizer to run on an operand held in `fmt` (None: another dtype, such as
         float64): itself, but for a family that depends on its input's format."""

@@ -74,6 +74,10 @@ class RoundQuantizer(Quantizer):
         """This family's `encoded` (see `Quantizer`)."""
         return Encoded(elems, None, None)
 
+    def identity_on(self, fmt: Format | None) -> bool:
+        """Rounding to `fmt` itself keeps every value (see `Quantizer`)."""
+        return fmt is not None and fmt == self.fmt
+
 
 @dataclass(frozen=True)
 class IdentityQuantizer(RoundQuantizer):

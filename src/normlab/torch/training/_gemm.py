@@ -62,20 +62,25 @@ __all__ = [
 ]
 
 ROLES = ("x", "w", "dy")  # index of each operand in the delayed-scaling state
+_BF16 = get_format(torch.bfloat16)
 _OPERAND_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def quantize_operand(layer: Any, t: torch.Tensor, role: str, axis: int, *,
                      step: torch.Tensor | None = None, which: int = 0,
-                     hadamard: torch.Tensor | None = None) -> torch.Tensor:
+                     hadamard: torch.Tensor | None = None,
+                     bf16: bool = False) -> torch.Tensor:
     """Fake-quantise operand `t` (2-D) of `layer` for a GEMM contracting `axis` (float32).
 
     `role` is `"x"`, `"w"` or `"dy"`; `step` selects stochastic rounding (NVFP4 gradients,
     stream `which`), `hadamard` NVFP4's transform of the wgrad inputs. A quantizer that takes
     a per-tensor scale gets the layer's (delayed scaling: the current scale, amax(t)
-    recorded; current scaling: the scale of amax(t)).
+    recorded; current scaling: the scale of amax(t)). `bf16`: the layer multiplies in
+    bfloat16, so an operand its quantizer keeps as it is comes back itself (`_itself`).
     """
     q = operand_quantizer(layer, role, axis, t)
+    if bf16 and hadamard is None and _itself(q, t):
+        return t
     scale = layer.operand_scale(t, ROLES.index(role)) if q.takes_scale else None
     return opaque.fake(t, q, scale=scale, step=step, stream=layer.seed, which=which,
                        hadamard=hadamard)
@@ -87,6 +92,15 @@ def operand_quantizer(layer: Any, role: str, axis: int, t: torch.Tensor) -> Quan
     unquantised operand runs as rounding to its own format)."""
     fmt = get_format(t.dtype) if t.dtype in _OPERAND_DTYPES else None
     return layer.quantizers[role, axis].for_input(fmt)
+
+
+def _itself(q: Quantizer, t: torch.Tensor) -> bool:
+    """Whether bfloat16 operand `t` is its own quantisation by `q` (rounding to bfloat16:
+    the Bf16 recipe, or an unquantised operand, on a bfloat16 model). On a layer that
+    multiplies in bfloat16 it then enters the GEMM as it is, with no kernel pass and no
+    copy (its NaNs keep their payloads; the float32 path's quantisation makes them the
+    canonical quiet NaN, and `exact_gemm` keeps that path)."""
+    return t.dtype == torch.bfloat16 and q.identity_on(_BF16)
 
 
 def one_quantization(quantizers: dict[tuple[str, int], Quantizer],
@@ -118,15 +132,21 @@ class SavedOperand:
         The operand's (M', K) (M' is M padded to a multiple of 16 after NVFP4's transform).
     order : str
         Its layout ("C" or "F").
+    itself : bool
+        The first part is x itself (`_itself`: the bfloat16 GEMM's operand, no codes).
     """
 
     parts: tuple[torch.Tensor, ...]
     spec: Quantizer
     shape: tuple[int, int]
     order: str
+    itself: bool = False
 
     def values(self) -> torch.Tensor:
-        """The float32 operand (bit for bit what `quantize_operand` gives for it)."""
+        """The operand: bit for bit what `quantize_operand` gives for it (float32, or x
+        itself)."""
+        if self.itself:
+            return self.parts[0]
         return opaque.decode(self.parts, self.spec, self.shape, self.order)
 
 
@@ -142,14 +162,20 @@ def saved_wgrad_operand(layer: Any, x: torch.Tensor) -> SavedOperand:
     return SavedOperand(parts, spec, (rows, x.shape[1]), order)
 
 
-def x_operands(layer: Any, x: torch.Tensor, keep: bool
+def x_operands(layer: Any, x: torch.Tensor, keep: bool, bf16: bool = False
                ) -> tuple[torch.Tensor, SavedOperand | None]:
     """`q(x)_K` of `x` (M,K) for the forward GEMM and, if `keep`, the saved wgrad operand.
 
     Where one quantisation serves both GEMMs (a quantizer whose values do not depend on the
-    axis), the values and the saved codes come from one pass over x.
+    axis), the values and the saved codes come from one pass over x; where it keeps x as it
+    is on a layer that multiplies in bfloat16 (`bf16`, `_itself`), both are x.
     """
     spec = layer.one_quantization["x"]
+    if bf16 and spec is not None and _itself(operand_quantizer(layer, "x", 0, x), x):
+        empty = x.new_empty(0)
+        saved = SavedOperand((x, empty, empty), operand_quantizer(layer, "x", 0, x),
+                             (x.shape[0], x.shape[1]), "C", itself=True)
+        return x, saved if keep else None
     if not (keep and spec is not None):
         qx = quantize_operand(layer, x, "x", axis=1)
         return qx, saved_wgrad_operand(layer, x) if keep else None
@@ -159,21 +185,22 @@ def x_operands(layer: Any, x: torch.Tensor, keep: bool
     return qx, SavedOperand(parts, spec, (x.shape[0], x.shape[1]), order)
 
 
-def forward_operands(layer: Any, x: torch.Tensor, w: torch.Tensor, *, keep: bool = True
-                     ) -> tuple[torch.Tensor, torch.Tensor, SavedOperand | None,
-                                torch.Tensor | None]:
+def forward_operands(layer: Any, x: torch.Tensor, w: torch.Tensor, *, keep: bool = True,
+                     bf16: bool = False) -> tuple[torch.Tensor, torch.Tensor,
+                                                  SavedOperand | None, torch.Tensor | None]:
     """The forward GEMM's operands `(q(x)_K, q(W)_K)` of `x` (M,K) and `w` (N,K), then what
     backward needs of them: the saved wgrad operand of x (if `keep`) and, for per-tensor
-    scaled recipes, the scale W was quantised with."""
-    qx, saved = x_operands(layer, x, keep)
-    qw = quantize_operand(layer, w, "w", axis=1)
+    scaled recipes, the scale W was quantised with. `bf16`: the layer multiplies in
+    bfloat16 (`quantize_operand`)."""
+    qx, saved = x_operands(layer, x, keep, bf16)
+    qw = quantize_operand(layer, w, "w", axis=1, bf16=bf16)
     w_scale = layer.scale[1].clone() if layer.quantizers["w", 1].takes_scale else None
     return qx, qw, saved, w_scale
 
 
 def backward_operands(layer: Any, dy: torch.Tensor, w: torch.Tensor,
                       saved: SavedOperand | None, w_scale: torch.Tensor | None, *,
-                      dgrad: bool = True, wgrad: bool = True
+                      dgrad: bool = True, wgrad: bool = True, bf16: bool = False
                       ) -> tuple[torch.Tensor | None, ...]:
     """The backward GEMMs' operands `(q(dy)_N, q(W)_N, q(dy)_M, q(x)_M)`: `dx = dy_N W_N`,
     `dW = dy_M^T x_M` (None for a GEMM not asked for).
@@ -182,32 +209,37 @@ def backward_operands(layer: Any, dy: torch.Tensor, w: torch.Tensor,
     quantised once, and W again from the weight with the forward's scale. Otherwise dy is
     quantised along N and along M (NVFP4: stochastically with the layer's streams, the
     wgrad copy through the random Hadamard transform, M padded to a multiple of 16) and W
-    along N. x_M is decoded from `saved`.
+    along N. x_M is decoded from `saved`. `bf16`: the layer multiplies in bfloat16
+    (`quantize_operand`).
     """
     r = layer.recipe
     x_m = saved.values() if wgrad and saved is not None else None
     if layer.one_quantization["dy"] is not None:
-        qdy = quantize_operand(layer, dy, "dy", axis=0)  # M,N
-        w_n = _w_for_dgrad(layer, w, w_scale) if dgrad else None
+        qdy = quantize_operand(layer, dy, "dy", axis=0, bf16=bf16)  # M,N
+        w_n = _w_for_dgrad(layer, w, w_scale, bf16) if dgrad else None
         return qdy, w_n, qdy, x_m
     step = products.next_step(layer.rounding_counter) if r.stochastic_gradients else None
     dy_n = w_n = dy_m = None
     if dgrad:
         dy_n = quantize_operand(layer, dy, "dy", 1, step=step, which=0)  # M,N
-        w_n = _w_for_dgrad(layer, w, w_scale)  # N,K
+        w_n = _w_for_dgrad(layer, w, w_scale, bf16)  # N,K
     if wgrad:
         dy_m = quantize_operand(layer, dy, "dy", 0, step=step, which=1,
                                 hadamard=_hadamard(layer))  # M',N
     return dy_n, w_n, dy_m, x_m
 
 
-def _w_for_dgrad(layer: Any, w: torch.Tensor, w_scale: torch.Tensor | None) -> torch.Tensor:
+def _w_for_dgrad(layer: Any, w: torch.Tensor, w_scale: torch.Tensor | None,
+                 bf16: bool) -> torch.Tensor:
     """q(W)_N: with the forward's quantizer and scale where one quantisation serves both
-    GEMMs (no amax recorded again), else quantised for dgrad."""
+    GEMMs (no amax recorded again), else quantised for dgrad; `bf16` as in
+    `quantize_operand`."""
     q = layer.one_quantization["w"]
     if q is not None:
+        if bf16 and _itself(operand_quantizer(layer, "w", 0, w), w):
+            return w
         return opaque.fake(w, q, scale=w_scale)
-    return quantize_operand(layer, w, "w", 0)
+    return quantize_operand(layer, w, "w", 0, bf16=bf16)
 
 
 def _product(layer: Any, a: lowp.GemmOperand, b: lowp.GemmOperand,
@@ -221,7 +253,8 @@ def _product(layer: Any, a: lowp.GemmOperand, b: lowp.GemmOperand,
     path)."""
     if lowp.uses_bf16(a, b, dtypes, exact_gemm=getattr(layer, "exact_gemm", False)):
         return lowp.gemm(a, b, bias, trans_a=trans_a, trans_b=trans_b, out_dtype=out_dtype)
-    return products.gemm(a.values, b.values, bias, trans_a=trans_a,
+    # float32 values (a bfloat16 operand that is its own quantisation, `_itself`, widened)
+    return products.gemm(a.values.float(), b.values.float(), bias, trans_a=trans_a,
                          trans_b=trans_b).to(out_dtype)
 
 
@@ -248,7 +281,10 @@ class QuantLinearFunction(torch.autograd.Function):
                 layer: Any, keep: bool) -> torch.Tensor:
         """`keep`: grad mode was on at the call, so a backward may follow (save for it)."""
         wgrad = keep and ctx.needs_input_grad[1]  # the wgrad GEMM will run
-        qx, qw, saved, w_scale = forward_operands(layer, x, weight, keep=wgrad)  # M,K  N,K
+        bf16 = (x.dtype == weight.dtype == torch.bfloat16
+                and not getattr(layer, "exact_gemm", False))  # a bfloat16 model's GEMMs
+        qx, qw, saved, w_scale = forward_operands(layer, x, weight, keep=wgrad,
+                                                  bf16=bf16)  # M,K  N,K
         y = _product(layer, _operand(layer, qx, "x", 1, x),
                      _operand(layer, qw, "w", 1, weight), bias,
                      dtypes=(x.dtype, weight.dtype), out_dtype=x.dtype, trans_b=True)  # M,N
@@ -256,8 +292,10 @@ class QuantLinearFunction(torch.autograd.Function):
             parts = (torch.empty(0),) * 3 if saved is None else saved.parts
             ctx.save_for_backward(weight, *parts,
                                   torch.empty(0) if w_scale is None else w_scale)
-            ctx.saved_meta = None if saved is None else (saved.spec, saved.shape, saved.order)
+            ctx.saved_meta = (None if saved is None
+                              else (saved.spec, saved.shape, saved.order, saved.itself))
         ctx.layer, ctx.has_bias, ctx.has_scale = layer, bias is not None, w_scale is not None
+        ctx.bf16 = bf16
         ctx.dtypes = (x.dtype, weight.dtype, None if bias is None else bias.dtype)
         return y
 
@@ -271,7 +309,7 @@ class QuantLinearFunction(torch.autograd.Function):
         need_dx, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
         dy_n, w_n, dy_m, x_m = backward_operands(
             ctx.layer, dy, weight, saved, w_scale if ctx.has_scale else None,
-            dgrad=need_dx, wgrad=need_dw)
+            dgrad=need_dx, wgrad=need_dw, bf16=ctx.bf16 and dy.dtype == torch.bfloat16)
         xt, wt, bt = ctx.dtypes
         layer = ctx.layer
         dx = dw = db = None
