@@ -130,9 +130,9 @@ def _element_stats(x: torch.Tensor, v: torch.Tensor, grid: torch.Tensor,
     """`_reference`'s results; CPU operands go to the kernel `"operand_stats"` (one pass,
     no temporaries) through zero-copy views."""
     if x.device.type == "cpu" and _backend.kernel("operand_stats") is not None:
-        xs, vs = ops._numpy_view(x), ops._numpy_view(v)
+        xs, vs = ops.numpy_view(x), ops.numpy_view(v)
         if xs is not None and vs is not None and xs.dtype == vs.dtype == np.float32:
-            with ops._threads():  # the operand kernels' thread policy
+            with ops.kernel_threads():  # the operand kernels' thread policy
                 out = _backend.dispatch("operand_stats", _reference_numpy, xs, vs,
                                         grid.numpy(), block[0], block[1], clip, ranges)
             return tuple(torch.from_numpy(a) for a in out)

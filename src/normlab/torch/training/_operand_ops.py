@@ -57,6 +57,8 @@ __all__ = [
     "fake",
     "fake_encode",
     "hadamard_rows",
+    "kernel_threads",
+    "numpy_view",
     "operand_order",
     "order_of",
     "stream_seed",
@@ -121,7 +123,7 @@ class _Memory:
             "typestr": typestr, "data": (t.data_ptr(), True), "version": 3}
 
 
-def _numpy_view(t: torch.Tensor) -> np.ndarray | None:
+def numpy_view(t: torch.Tensor) -> np.ndarray | None:
     """A zero-copy, read-only NumPy view of a 2-D CPU float32 or bfloat16 tensor whose rows
     or columns are contiguous (bfloat16 as ml_dtypes' bfloat16), or None."""
     if t.device.type != "cpu" or t.dim() != 2 or t.dtype not in (torch.float32,
@@ -139,7 +141,7 @@ def _fast(name: str) -> bool:
     return _backend.kernel(name) is not None
 
 
-def _threads() -> contextlib.AbstractContextManager[Any]:
+def kernel_threads() -> contextlib.AbstractContextManager[Any]:
     """The kernels' thread budget: serial where torch runs on one thread (a parallel
     region would wake numba's workers, which then compete with torch's next ops)."""
     if torch.get_num_threads() > 1:
@@ -176,10 +178,10 @@ def _fake_op(t: torch.Tensor, spec: str, scale: torch.Tensor | None, step: torch
     s = Quantizer.from_key(spec)
     src = _prepared(t, hadamard)
     seed = None if step is None else stream_seed(stream, int(step), which)
-    view = _numpy_view(src) if _fast("fake_operand") else None
+    view = numpy_view(src) if _fast("fake_operand") else None
     if view is not None:
         sc = None if scale is None else np.float32(scale.detach().cpu().item())
-        with _threads():
+        with kernel_threads():
             out = torch.from_numpy(po.fake_operand(view, s, scale=sc, seed=seed, order=order,
                                                    xp=NUMPY))
     else:
@@ -269,10 +271,10 @@ def _encode_op(t: torch.Tensor, spec: str, scale: torch.Tensor | None,
                order: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     s = Quantizer.from_key(spec)
     src = _prepared(t, hadamard)
-    view = _numpy_view(src) if _fast("encode_operand") else None
+    view = numpy_view(src) if _fast("encode_operand") else None
     if view is not None:
         sc = None if scale is None else np.float32(scale.detach().cpu().item())
-        with _threads():
+        with kernel_threads():
             enc = po.encode_operand(view, s, scale=sc, order=order, xp=NUMPY)
         parts = [None if p is None else _tensor(p)
                  for p in (enc.codes, enc.scales, enc.tensor_scale)]
@@ -310,10 +312,10 @@ def encode(t: torch.Tensor, q: Quantizer, *, scale: torch.Tensor | None = None,
 def _fake_encode_op(t: torch.Tensor, spec: str, scale: torch.Tensor | None, order: str
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     s = Quantizer.from_key(spec)
-    view = _numpy_view(t) if _fast("fake_encode_operand") else None
+    view = numpy_view(t) if _fast("fake_encode_operand") else None
     if view is not None:
         sc = None if scale is None else np.float32(scale.detach().cpu().item())
-        with _threads():
+        with kernel_threads():
             vals, enc = fake_encode_operand(view, s, scale=sc, order=order, xp=NUMPY)
         values = torch.from_numpy(np.asarray(vals))
         parts = [None if p is None else _tensor(p)
@@ -352,7 +354,7 @@ def _decode_op(codes: torch.Tensor, scales: torch.Tensor, tensor_scale: torch.Te
     if codes.device.type == "cpu" and _fast("decode_operand"):
         enc = s.encoded(*(None if p is None else p.numpy()
                           for p in (enc.codes, enc.scales, enc.tensor_scale)))
-        with _threads():
+        with kernel_threads():
             out = torch.from_numpy(po.decode_operand(enc, s, (rows, cols), order=order,
                                                      xp=NUMPY))
     else:
@@ -373,9 +375,9 @@ def decode(parts: tuple[torch.Tensor, ...], q: Quantizer, shape: tuple[int, int]
 
 @torch.library.custom_op("normlab::tensor_amax", mutates_args=())
 def _amax_op(t: torch.Tensor) -> torch.Tensor:
-    view = _numpy_view(t) if _fast("tensor_amax") else None
+    view = numpy_view(t) if _fast("tensor_amax") else None
     if view is not None:
-        with _threads():
+        with kernel_threads():
             return torch.tensor(float(core.tensor_amax(view, xp=NUMPY)), dtype=torch.float32)
     return core.tensor_amax(t.detach(), xp=TORCH).clone()
 
