@@ -124,3 +124,18 @@ def test_the_helper_finds_every_kernel_by_its_locator():
 def test_the_locator_of_a_kernel_that_cannot_be_found_fails_loudly():
     with pytest.raises(AttributeError):
         _background.locate(("normlab.kernels.quantize_jit", "no_such_kernel", None))
+
+
+def test_exit_with_the_helper_busy_is_quiet_and_leaves_no_process(tmp_path):
+    """A process that ends while the helper compiles (or waits for work) stops it (no
+    leftover process) and says nothing, even with every warning an error (unclosed pipes,
+    a running child)."""
+    env = dict(os.environ, NORMLAB_BACKGROUND_COMPILE="1", NUMBA_CACHE_DIR=str(tmp_path))
+    code = _PRELUDE + "print(_background._WORKER['proc'].pid, _background.pending())"
+    proc = subprocess.run([sys.executable, "-X", "dev", "-W", "error", "-c", code], env=env,
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    pid, pending = map(int, proc.stdout.split())
+    assert pending in (0, 1)  # 1: still compiling when the process ended (the usual case)
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)

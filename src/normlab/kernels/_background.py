@@ -48,7 +48,7 @@ class NotCompiledYet(Exception):
 
 # job key -> "pending" | "done" | "failed"; one helper process per parent process
 _JOBS: dict[tuple[Any, ...], str] = {}
-_WORKER: dict[str, Any] = {"proc": None, "tokens": {}}
+_WORKER: dict[str, Any] = {"proc": None, "tokens": {}, "reader": None}
 _LOCK = threading.Lock()
 
 
@@ -77,7 +77,7 @@ def wait(timeout: float = 600.0) -> bool:
 def _after_fork_in_child() -> None:
     # the parent's helper and its pipes are not this process's
     _JOBS.clear()
-    _WORKER.update(proc=None, tokens={})
+    _WORKER.update(proc=None, tokens={}, reader=None)
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -99,9 +99,10 @@ def _start() -> Any:
         env=env, text=True, bufsize=1,
     )
     tokens: dict[str, tuple[Any, ...]] = {}
-    _WORKER.update(proc=proc, tokens=tokens)
-    threading.Thread(target=_read_replies, args=(proc, tokens), daemon=True,
-                     name="normlab-compile-replies").start()
+    reader = threading.Thread(target=_read_replies, args=(proc, tokens), daemon=True,
+                              name="normlab-compile-replies")
+    _WORKER.update(proc=proc, tokens=tokens, reader=reader)
+    reader.start()
     return proc
 
 
@@ -131,6 +132,7 @@ def shutdown() -> None:
         proc.stdin.close()
     except OSError:  # the pipe to the killed helper is broken
         pass
+    _WORKER["reader"].join(timeout=1.0)  # it reads the end of the pipe and closes it
 
 
 atexit.register(shutdown)
