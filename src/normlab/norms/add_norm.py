@@ -240,10 +240,12 @@ def add_rms_norm_forward(
 
     Parameters
     ----------
-    x, residual, out
+    x, residual : numpy.ndarray
         As in [add_layer_norm_forward][normlab.add_layer_norm_forward].
     weight, eps, offset, normalized_ndim
         As in [rms_norm_forward][normlab.rms_norm_forward].
+    out : tuple, optional
+        As in [add_layer_norm_forward][normlab.add_layer_norm_forward].
 
     Returns
     -------

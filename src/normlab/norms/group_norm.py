@@ -137,7 +137,9 @@ def group_norm_forward(
         G >= 1 dividing C.
     gamma, beta : numpy.ndarray or None
         (C,) float arrays, or None (no gain / no bias).
-    eps, out
+    eps : float
+        Finite number > 0 added to the variance.
+    out : numpy.ndarray, optional
         As in [layer_norm_forward][normlab.layer_norm_forward].
 
     Returns
