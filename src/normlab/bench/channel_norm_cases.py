@@ -141,19 +141,9 @@ def bench_channel_norm_out(name: str, shape: tuple[int, ...], ctx: dict[str, Any
                            ) -> dict[str, Any]:
     """The same into `out=` buffers allocated once: held to the plain bound.
 
-    Parameters
-    ----------
-    name : str
-        "batch_norm" or "group_norm".
-    shape : tuple of int
-        (N, C) for BatchNorm, (N, C, H, W) for GroupNorm; float32.
-    ctx : dict
-        The run's context (see [normlab.bench.norm_cases][]).
-
-    Returns
-    -------
-    row : dict
-        One row of the table.
+    Takes and returns what
+    [bench_channel_norm][normlab.bench.channel_norm_cases.bench_channel_norm] does; the
+    row's `check` says whether the buffers hold the new arrays' values.
     """
     case = _case(name, shape, ctx["rng"])
     x, dy = case["x"], case["dy"]

@@ -149,20 +149,20 @@ def _torch_quantize_section(quick: bool, large: tuple[int, int]) -> list[dict[st
     return rows
 
 
-def _training_section(args: argparse.Namespace) -> dict[str, Any]:
-    from normlab.bench.training import format_training, training_section
-
-    section = training_section(quick=args.quick, rounds=args.rounds)
-    print(format_training(section, args.markdown))
+def _torch_section(args: argparse.Namespace, key: str, module: str) -> dict[str, Any]:
+    """Run `<key>_section` of `normlab.bench.<module>` (imported here: it needs torch) and
+    print it through the module's `format_<key>`."""
+    mod = importlib.import_module(f"normlab.bench.{module}")
+    section: dict[str, Any] = getattr(mod, f"{key}_section")(quick=args.quick,
+                                                             rounds=args.rounds)
+    print(getattr(mod, f"format_{key}")(section, args.markdown))
     return section
 
 
-def _inspect_section(args: argparse.Namespace) -> dict[str, Any]:
-    from normlab.bench.inspect_overhead import format_inspect, inspect_section
-
-    section = inspect_section(quick=args.quick, rounds=args.rounds)
-    print(format_inspect(section, args.markdown))
-    return section
+_TORCH_SECTIONS = (  # (--only name = result key, what a skip names, module)
+    ("training", "emulated training", "training"),
+    ("inspect", "numerics inspector", "inspect_overhead"),
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -206,18 +206,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             result["torch_rows"] = _torch_quantize_section(args.quick, _shapes(args.quick)[1][0])
             ok = ok and all(r["bit_identical"] for r in result["torch_rows"])
-    if "training" in args.only:
+    for key, what, module in _TORCH_SECTIONS:
+        if key not in args.only:
+            continue
         if torch is None:
-            print("emulated training:", _NO_TORCH)
+            print(f"{what}:", _NO_TORCH)
         else:
-            result["training"] = _training_section(args)
-            ok = ok and result["training"]["ok"]
-    if "inspect" in args.only:
-        if torch is None:
-            print("numerics inspector:", _NO_TORCH)
-        else:
-            result["inspect"] = _inspect_section(args)
-            ok = ok and result["inspect"]["ok"]
+            result[key] = _torch_section(args, key, module)
+            ok = ok and result[key]["ok"]
     if "cold-start" in args.only and not args.no_compile:
         if torch is None:
             print("cold start of normlab.torch:", _NO_TORCH)

@@ -57,10 +57,8 @@ def inspect_section(quick: bool = False, rounds: int | None = None,
     ----------
     quick : bool, optional
         The small model of `QUICK` on one torch thread. Default False (`FULL`).
-    rounds : int or None, optional
-        Alternating rounds per ratio; None: 2 with `quick`, else 5.
-    seed : int, optional
-        Seed of the initial weights. Default 0.
+    rounds, seed
+        As in [training_section][normlab.bench.training.training_section].
 
     Returns
     -------
@@ -112,8 +110,8 @@ def format_inspect(section: dict[str, Any], markdown: bool = False) -> str:
     ----------
     section : dict
         The result of [inspect_section][normlab.bench.inspect_overhead.inspect_section].
-    markdown : bool, optional
-        A markdown table. Default False.
+    markdown
+        As in [format_training][normlab.bench.training.format_training].
 
     Returns
     -------

@@ -149,19 +149,15 @@ def bench_norm_out(name: str, shape: tuple[int, int], ctx: dict[str, Any],
 
     Parameters
     ----------
-    name : str
-        "layer_norm" or "rms_norm".
-    shape : tuple of int
-        (R, W), float32.
-    ctx : dict
-        The run's context (see the module docstring).
+    name, shape, ctx
+        As in [bench_norm][normlab.bench.norm_cases.bench_norm].
     forward_only : bool, optional
         Time the forward alone (the row "<name> fwd out="). Default False.
 
     Returns
     -------
     row : dict
-        One row of the table: `op`, `shape`, `check`, timings, bounds.
+        As in [bench_norm][normlab.bench.norm_cases.bench_norm].
     """
     case = _norm_case(name, shape, ctx["rng"])
     x, dy, g, b = case["x"], case["dy"], case["g"], case["b"]

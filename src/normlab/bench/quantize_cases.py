@@ -24,19 +24,8 @@ def bench_quantize_out(fmt: str, shape: tuple[int, int], ctx: dict[str, Any]
                         ) -> dict[str, Any]:
     """`quantize` into an `out=` buffer allocated once (2 passes over memory, nothing new).
 
-    Parameters
-    ----------
-    fmt : str
-        "bf16" or "e4m3".
-    shape : tuple of int
-        (R, W), float32.
-    ctx : dict
-        The run's context (see the module docstring).
-
-    Returns
-    -------
-    row : dict
-        One row of the table: `op`, `shape`, `check`, timings, bounds.
+    Takes and returns what [bench_quantize][normlab.bench.quantize_cases.bench_quantize]
+    does; the row's `check` says whether the buffer holds the new array's bits.
     """
     x = ctx["rng"].standard_normal(shape, dtype=np.float32) * 4
     buf = np.empty_like(x)
@@ -62,15 +51,13 @@ def bench_quantize(fmt: str, shape: tuple[int, int], ctx: dict[str, Any]) -> dic
     ----------
     fmt : str
         "bf16" or "e4m3".
-    shape : tuple of int
-        (R, W), float32.
-    ctx : dict
-        The run's context (see the module docstring).
+    shape, ctx
+        As in [bench_norm][normlab.bench.norm_cases.bench_norm].
 
     Returns
     -------
     row : dict
-        One row of the table: `op`, `shape`, `check`, timings, bounds.
+        As in [bench_norm][normlab.bench.norm_cases.bench_norm].
     """
     x = ctx["rng"].standard_normal(shape, dtype=np.float32) * 4
     sub = x[: max(1, min(shape[0], ctx["ref_values"] // shape[1]))]  # (r, W) leading rows

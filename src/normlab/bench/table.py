@@ -107,8 +107,8 @@ def table(rows: Sequence[dict[str, Any]], markdown: bool = False) -> str:
     ----------
     rows : sequence of dict
         Rows of the cases.
-    markdown : bool, optional
-        A markdown table instead of aligned text. Default False.
+    markdown
+        As in [render][normlab.bench.table.render].
 
     Returns
     -------

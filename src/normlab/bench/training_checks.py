@@ -220,8 +220,8 @@ def checkpoint_check(recipe: Any, steps: int = 3, seed: int = 0) -> dict[str, An
 
     Parameters
     ----------
-    recipe : object
-        A `normlab.torch` training recipe.
+    recipe
+        As in [recipe_check][normlab.bench.training_checks.recipe_check].
     steps : int, optional
         Training steps of each. Default 3.
     seed : int, optional
@@ -263,13 +263,13 @@ def torchao_check(converter: Callable[[torch.nn.Module], torch.nn.Module],
     ----------
     converter : callable
         `model -> converted copy` (torchao's `convert_to_float8_training`).
-    seed : int, optional
-        Seed of the data. Default 0.
+    seed
+        As in [recipe_check][normlab.bench.training_checks.recipe_check].
 
     Returns
     -------
     result : dict
-        `max_error` (units of the float32 bound), `bit_identical`, `passed`.
+        As in [recipe_check][normlab.bench.training_checks.recipe_check].
     """
     x, w, b, linear = _loaded(torch.nn.Linear, seed)
     with torch.no_grad():

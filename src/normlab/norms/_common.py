@@ -1,7 +1,9 @@
-"""Validation and dtype helpers shared by the functional norms.
+"""Validation, dtype and dispatch helpers shared by the functional norms.
 
 Every public norm validates its inputs with these helpers (built on
 `normlab._validate`) before touching any state, so a rejected call changes nothing.
+The public functions end in `dispatch_forward` / `dispatch_backward`: the `out=` check,
+then the registered kernel or the reference.
 """
 
 from __future__ import annotations
@@ -20,16 +22,21 @@ from normlab._validate import (
     check_shape,
     compute_dtype,
 )
+from normlab.norms._out import backward_out, forward_out, seam_extra
 
 __all__ = [
-    "as_grad",
     "check_cache",
     "check_dout",
+    "check_dresidual",
     "check_eps_range",
     "check_input",
     "check_param",
+    "check_params",
+    "check_trailing_params",
     "compute_dtype_of",
     "dispatch",
+    "dispatch_backward",
+    "dispatch_forward",
     "resolve_normalized_ndim",
     "trailing_dims_why",
 ]
@@ -60,6 +67,26 @@ def check_param(
     if arr.shape != shape:
         check_shape(arr, shape, name, what() if callable(what) else what)
     return arr
+
+
+def check_params(
+    x: np.ndarray, eps: float, shape: tuple[int, ...], what: str | Callable[[], str],
+    **params: Any,
+) -> tuple[Any, ...]:
+    """Each parameter (name=value, in order) through `check_param` against `shape`, then
+    eps against the compute dtype of x and them (`check_eps_range`): `(*params, eps)`."""
+    arrays = [check_param(value, name, shape, what) for name, value in params.items()]
+    return (*arrays, check_eps_range(eps, x, *arrays))
+
+
+def check_trailing_params(
+    x: np.ndarray, eps: float, normalized_ndim: Any, **params: Any
+) -> tuple[Any, ...]:
+    """k (`resolve_normalized_ndim`, from the parameters in order), then `check_params`
+    for parameters of shape F = `x.shape[-k:]`: `(k, *params, eps)`."""
+    k = resolve_normalized_ndim(x, normalized_ndim, *params.values(), names=tuple(params))
+    feat = tuple(x.shape[x.ndim - k :])
+    return (k, *check_params(x, eps, feat, trailing_dims_why(x, k), **params))
 
 
 def trailing_dims_why(x: np.ndarray, k: int) -> Callable[[], str]:
@@ -107,13 +134,6 @@ def check_dout(dout: Any, x: np.ndarray, name: str = "dout") -> np.ndarray:
     return arr
 
 
-def as_grad(g: np.ndarray | None, like: np.ndarray | None) -> np.ndarray | None:
-    """Cast a parameter gradient to its parameter's dtype (None when there is no parameter)."""
-    if g is None or like is None:
-        return None
-    return np.asarray(g).astype(like.dtype, copy=False)
-
-
 def check_cache(cache: Any, cls: type, producer: str) -> Any:
     """The cache must be a `cls` returned by `producer` (the matching forward)."""
     if not isinstance(cache, cls):
@@ -131,3 +151,42 @@ def check_input(x: Any, name: str = "x", *, min_ndim: int = 1) -> np.ndarray:
 def check_eps_range(eps: float, *arrays: np.ndarray | None) -> float:
     """eps must be a normal number of the compute dtype of `arrays` (see check_eps_for)."""
     return check_eps_for(eps, compute_dtype_of(*arrays))
+
+
+def check_dresidual(dresidual: Any, x: np.ndarray) -> np.ndarray | None:
+    """The add + norm backwards' gradient on `new_residual`: None, or a float array of its
+    shape (`x`, the new residual kept by the cache)."""
+    if dresidual is None:
+        return None
+    arr = check_input(dresidual, "dresidual", min_ndim=0)
+    check_shape(arr, x.shape, "dresidual", "the shape of new_residual")
+    return arr
+
+
+def dispatch_forward(
+    op: str, ref: Callable[..., Any], args: tuple[Any, ...], out: Any, **params: Any
+) -> Any:
+    """Run a forward on its validated `args` (x first): the `out=` buffer is checked
+    against x and the named `params` (arrays it must not overlap), then the kernel
+    registered as `op` runs, or the reference `ref` (the buffer as a last argument)."""
+    dest = forward_out(out, args[0], tuple(params.items()))
+    return dispatch(op, ref, *args, *seam_extra(dest))
+
+
+def dispatch_backward(
+    op: str, ref: Callable[..., Any], dout: Any, cache: Any, out: Any, cls: type,
+    params: tuple[str, ...], *, residual: tuple[Any, ...] = (),
+) -> Any:
+    """Check a backward's arguments and run it.
+
+    The cache must be a `cls` (from the forward named like `op`), dout of x's shape, the
+    optional `residual` = `(dresidual,)` (the add + norm backwards) of the new residual's
+    shape, and `out=` a tuple `(dx, d<param> for each name in params)`. Then the kernel
+    registered as `op` runs, or `ref(dout, *residual, cache[, dest])`.
+    """
+    cache = check_cache(cache, cls, op.replace("_backward", "_forward"))
+    dout = check_dout(dout, cache.x)
+    extra = tuple(check_dresidual(d, cache.x) for d in residual)
+    grads = tuple((f"d{name}", getattr(cache, name)) for name in params)
+    dest = backward_out(out, dout, cache.x, grads, *extra)
+    return dispatch(op, ref, dout, *extra, cache, *seam_extra(dest))

@@ -26,7 +26,16 @@ import numpy as np
 
 from normlab._validate import check_out, check_out_tuple
 
-__all__ = ["add_forward_out", "backward_out", "fill", "forward_out", "seam_extra"]
+__all__ = [
+    "add_forward_out",
+    "as_grad",
+    "backward_out",
+    "fill",
+    "fill_grads",
+    "filled",
+    "forward_out",
+    "seam_extra",
+]
 
 
 def forward_out(out: Any, x: np.ndarray, params: tuple[tuple[str, np.ndarray | None], ...]
@@ -95,3 +104,27 @@ def fill(dest: np.ndarray | None, value: np.ndarray | None) -> np.ndarray | None
     if value is not dest:
         np.copyto(dest, value.reshape(dest.shape))
     return dest
+
+
+def as_grad(g: np.ndarray | None, like: np.ndarray | None) -> np.ndarray | None:
+    """Cast a parameter gradient to its parameter's dtype (None when there is no parameter)."""
+    if g is None or like is None:
+        return None
+    return np.asarray(g).astype(like.dtype, copy=False)
+
+
+def filled(dest: np.ndarray | None, value: np.ndarray) -> np.ndarray:
+    """`value`, or `dest` holding it when an `out=` buffer was given."""
+    result = fill(dest, value)
+    assert result is not None
+    return result
+
+
+def fill_grads(
+    dest: tuple[Any, ...], dx: np.ndarray, *grads: tuple[np.ndarray | None, np.ndarray | None]
+) -> Any:
+    """`(dx, *parameter gradients)` of a backward reference, each in its `out=` buffer of
+    `dest` where given: dx as computed (already in x's dtype), each `(grad, parameter)` of
+    `grads` cast to its parameter's dtype (None without the parameter)."""
+    return (filled(dest[0], dx),
+            *(fill(d, as_grad(g, like)) for d, (g, like) in zip(dest[1:], grads, strict=True)))

@@ -22,11 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from normlab._backend import dispatch
 from normlab._validate import check_shape
 from normlab.norms._cache import LayerNormCache, RMSNormCache
-from normlab.norms._common import as_grad, check_cache, check_dout, check_input
-from normlab.norms._out import add_forward_out, backward_out, fill, seam_extra
+from normlab.norms._common import check_input, dispatch, dispatch_backward
+from normlab.norms._out import add_forward_out, fill_grads, filled, seam_extra
 from normlab.norms.layer_norm import (
     layer_norm_backward_core,
     layer_norm_forward_core,
@@ -52,12 +51,15 @@ def _check_residual(residual: Any, x: np.ndarray) -> np.ndarray:
     return res
 
 
-def _check_dresidual(dresidual: Any, s: np.ndarray) -> np.ndarray | None:
-    if dresidual is None:
-        return None
-    arr = check_input(dresidual, "dresidual", min_ndim=0)
-    check_shape(arr, s.shape, "dresidual", "the shape of new_residual")
-    return arr
+def _dispatch_add_forward(
+    op: str, ref: Any, args: tuple[Any, ...], residual: Any, out: Any, **params: Any
+) -> Any:
+    """Check `residual` against x = `args[0]` (the plain norm's validated arguments) and
+    the `(out, new_residual)` buffers, then run the kernel `op` or `ref(x, residual,
+    *args[1:][, dest])`."""
+    res = _check_residual(residual, args[0])
+    dest = add_forward_out(out, args[0], res, tuple(params.items()))
+    return dispatch(op, ref, args[0], res, *args[1:], *seam_extra(dest))
 
 
 def _add_into(x: np.ndarray, residual: np.ndarray, dest: tuple[Any, ...]) -> np.ndarray:
@@ -84,9 +86,7 @@ def _add_layer_norm_forward_ref(
     s = _add_into(x, residual, dest)  # the new residual stream, numpy's promotion
     out, mean, rstd = layer_norm_forward_core(s, gamma, beta, eps, k)
     cache = LayerNormCache(s, gamma, beta, mean, rstd, eps, k)
-    y = fill(dest[0], out.astype(x.dtype, copy=False))
-    assert y is not None
-    return y, s, cache
+    return filled(dest[0], out.astype(x.dtype, copy=False)), s, cache
 
 
 def _add_layer_norm_backward_ref(
@@ -94,10 +94,8 @@ def _add_layer_norm_backward_ref(
     dest: tuple[Any, ...] = (None, None, None),
 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
     dx, dgamma, dbeta = layer_norm_backward_core(dout, cache)
-    dsum = fill(dest[0], _sum_grad(dx, dresidual, cache.x.dtype))
-    assert dsum is not None
-    return (dsum, fill(dest[1], as_grad(dgamma, cache.gamma)),
-            fill(dest[2], as_grad(dbeta, cache.beta)))
+    return fill_grads(dest, _sum_grad(dx, dresidual, cache.x.dtype), (dgamma, cache.gamma),
+                      (dbeta, cache.beta))
 
 
 def _add_rms_norm_forward_ref(
@@ -111,9 +109,8 @@ def _add_rms_norm_forward_ref(
 ) -> tuple[np.ndarray, np.ndarray, RMSNormCache]:
     s = _add_into(x, residual, dest)
     out, rstd = rms_norm_forward_core(s, weight, eps, offset, k)
-    y = fill(dest[0], out.astype(x.dtype, copy=False))
-    assert y is not None
-    return y, s, RMSNormCache(s, weight, rstd, eps, offset, k)
+    cache = RMSNormCache(s, weight, rstd, eps, offset, k)
+    return filled(dest[0], out.astype(x.dtype, copy=False)), s, cache
 
 
 def _add_rms_norm_backward_ref(
@@ -121,9 +118,7 @@ def _add_rms_norm_backward_ref(
     dest: tuple[Any, ...] = (None, None),
 ) -> tuple[np.ndarray, np.ndarray | None]:
     dx, dweight = rms_norm_backward_core(dout, cache)
-    dsum = fill(dest[0], _sum_grad(dx, dresidual, cache.x.dtype))
-    assert dsum is not None
-    return dsum, fill(dest[1], as_grad(dweight, cache.weight))
+    return fill_grads(dest, _sum_grad(dx, dresidual, cache.x.dtype), (dweight, cache.weight))
 
 
 def add_layer_norm_forward(
@@ -179,14 +174,9 @@ def add_layer_norm_forward(
     >>> s[0].tolist(), np.round(out[0], 4).tolist()
     ([1.0, 2.0, 3.0], [-1.2247, 0.0, 1.2247])
     """
-    xa, gamma, beta, eps, k = validate_layer_norm(x, gamma, beta, eps, normalized_ndim)
-    res = _check_residual(residual, xa)
-    dest = add_forward_out(out, xa, res, (("gamma", gamma), ("beta", beta)))
-    result: tuple[np.ndarray, np.ndarray, LayerNormCache] = dispatch(
-        "add_layer_norm_forward", _add_layer_norm_forward_ref, xa, res, gamma, beta, eps, k,
-        *seam_extra(dest),
-    )
-    return result
+    args = validate_layer_norm(x, gamma, beta, eps, normalized_ndim)
+    return _dispatch_add_forward("add_layer_norm_forward", _add_layer_norm_forward_ref, args,
+                                 residual, out, gamma=args[1], beta=args[2])
 
 
 def add_layer_norm_backward(
@@ -226,16 +216,8 @@ def add_layer_norm_backward(
     >>> dsum.tolist()
     [[1.0, 1.0, 1.0]]
     """
-    cache = check_cache(cache, LayerNormCache, "add_layer_norm_forward")
-    dout = check_dout(dout, cache.x)
-    dres = _check_dresidual(dresidual, cache.x)
-    dest = backward_out(out, dout, cache.x, (("dgamma", cache.gamma), ("dbeta", cache.beta)),
-                        dres)
-    result: tuple[np.ndarray, np.ndarray | None, np.ndarray | None] = dispatch(
-        "add_layer_norm_backward", _add_layer_norm_backward_ref, dout, dres, cache,
-        *seam_extra(dest),
-    )
-    return result
+    return dispatch_backward("add_layer_norm_backward", _add_layer_norm_backward_ref, dout,
+                             cache, out, LayerNormCache, ("gamma", "beta"), residual=(dresidual,))
 
 
 def add_rms_norm_forward(
@@ -259,21 +241,18 @@ def add_rms_norm_forward(
     Parameters
     ----------
     x, residual : numpy.ndarray
-        Float arrays of the same shape (*B, *F).
+        As in [add_layer_norm_forward][normlab.add_layer_norm_forward].
     weight, eps, offset, normalized_ndim
         As in [rms_norm_forward][normlab.rms_norm_forward].
     out : tuple, optional
-        Optional tuple `(out, new_residual)` of buffers (each an array or None: then that result
-        is new), of x's shape and the result's dtype, C-contiguous, writeable. Either may be x
-        or residual itself (in place); neither may overlap a parameter or the other entry. The
-        cache then keeps the `new_residual` buffer.
+        As in [add_layer_norm_forward][normlab.add_layer_norm_forward].
 
     Returns
     -------
     out : numpy.ndarray
         RMSNorm(s), x's shape and dtype.
     new_residual : numpy.ndarray
-        s, dtype = numpy's promotion of x and residual.
+        As in [add_layer_norm_forward][normlab.add_layer_norm_forward].
     cache : RMSNormCache
         The cache of RMSNorm(s): its `x` is `new_residual`.
 
@@ -289,14 +268,9 @@ def add_rms_norm_forward(
     >>> s.tolist(), np.round(out, 6).tolist()
     ([[3.0, 3.0]], [[1.0, 1.0]])
     """
-    xa, weight, eps, offset, k = validate_rms_norm(x, weight, eps, offset, normalized_ndim)
-    res = _check_residual(residual, xa)
-    dest = add_forward_out(out, xa, res, (("weight", weight),))
-    result: tuple[np.ndarray, np.ndarray, RMSNormCache] = dispatch(
-        "add_rms_norm_forward", _add_rms_norm_forward_ref, xa, res, weight, eps, offset, k,
-        *seam_extra(dest),
-    )
-    return result
+    args = validate_rms_norm(x, weight, eps, offset, normalized_ndim)
+    return _dispatch_add_forward("add_rms_norm_forward", _add_rms_norm_forward_ref, args,
+                                 residual, out, weight=args[1])
 
 
 def add_rms_norm_backward(
@@ -306,10 +280,8 @@ def add_rms_norm_backward(
 
     Parameters
     ----------
-    dout : numpy.ndarray
-        Gradient on `out`.
-    dresidual : numpy.ndarray or None
-        Gradient on `new_residual`, or None (zero).
+    dout, dresidual
+        As in [add_layer_norm_backward][normlab.add_layer_norm_backward].
     cache : RMSNormCache
         From [add_rms_norm_forward][normlab.add_rms_norm_forward].
     out : tuple, optional
@@ -319,15 +291,14 @@ def add_rms_norm_backward(
     Returns
     -------
     dsum : numpy.ndarray
-        The gradient of x and of residual alike (new_residual's shape and dtype).
+        As in [add_layer_norm_backward][normlab.add_layer_norm_backward].
     dweight : numpy.ndarray or None
         As in [rms_norm_backward][normlab.rms_norm_backward].
-
 
     Raises
     ------
     TypeError, ValueError
-        Wrong cache type, non-float or wrongly shaped gradients, a bad `out` buffer.
+        As [add_layer_norm_backward][normlab.add_layer_norm_backward].
 
     Examples
     --------
@@ -335,12 +306,5 @@ def add_rms_norm_backward(
     >>> add_rms_norm_backward(np.zeros((1, 2)), np.ones((1, 2)), cache)[0].tolist()
     [[1.0, 1.0]]
     """
-    cache = check_cache(cache, RMSNormCache, "add_rms_norm_forward")
-    dout = check_dout(dout, cache.x)
-    dres = _check_dresidual(dresidual, cache.x)
-    dest = backward_out(out, dout, cache.x, (("dweight", cache.weight),), dres)
-    result: tuple[np.ndarray, np.ndarray | None] = dispatch(
-        "add_rms_norm_backward", _add_rms_norm_backward_ref, dout, dres, cache,
-        *seam_extra(dest),
-    )
-    return result
+    return dispatch_backward("add_rms_norm_backward", _add_rms_norm_backward_ref, dout,
+                             cache, out, RMSNormCache, ("weight",), residual=(dresidual,))

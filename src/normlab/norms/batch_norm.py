@@ -22,7 +22,6 @@ from typing import Any
 
 import numpy as np
 
-from normlab._backend import dispatch
 from normlab._stats import centred_grad, mean_var, rstd_from
 from normlab._validate import (
     as_float_array,
@@ -35,15 +34,13 @@ from normlab._validate import (
 )
 from normlab.norms._cache import BatchNormCache
 from normlab.norms._common import (
-    as_grad,
-    check_cache,
-    check_dout,
-    check_eps_range,
     check_input,
-    check_param,
+    check_params,
     compute_dtype_of,
+    dispatch_backward,
+    dispatch_forward,
 )
-from normlab.norms._out import backward_out, fill, forward_out, seam_extra
+from normlab.norms._out import fill_grads, filled
 
 __all__ = ["batch_norm_backward", "batch_norm_forward"]
 
@@ -86,9 +83,7 @@ def _validate(
     eps = check_eps(eps)
     c = x.shape[ax]
     what = f"one value per feature, x.shape[{axis}] = {c}"
-    gamma = check_param(gamma, "gamma", (c,), what)
-    beta = check_param(beta, "beta", (c,), what)
-    eps = check_eps_range(eps, x, gamma, beta)
+    gamma, beta, eps = check_params(x, eps, (c,), what, gamma=gamma, beta=beta)
     rm = _check_running(running_mean, "running_mean", c, training)
     rv = _check_running(running_var, "running_var", c, training)
     if rm is not None and rv is not None and np.shares_memory(rm, rv):
@@ -140,9 +135,7 @@ def _batch_norm_forward_ref(
     if beta is not None:
         out += beta.astype(cd, copy=False).reshape(bshape)
     cache = BatchNormCache(x, gamma, beta, mean, rstd, axis, training, eps)
-    result = fill(dest, out.astype(x.dtype, copy=False))
-    assert result is not None
-    return result, cache, var
+    return filled(dest, out.astype(x.dtype, copy=False)), cache, var
 
 
 def _batch_norm_backward_ref(
@@ -164,10 +157,8 @@ def _batch_norm_backward_ref(
         dx = centred_grad(gh, xhat, rstd, red)
     else:
         dx = gh * rstd  # eval: the running statistics are constants
-    dx_out = fill(dest[0], dx.astype(x.dtype, copy=False))
-    assert dx_out is not None
-    return (dx_out, fill(dest[1], as_grad(dgamma, cache.gamma)),
-            fill(dest[2], as_grad(dbeta, cache.beta)))
+    return fill_grads(dest, dx.astype(x.dtype, copy=False), (dgamma, cache.gamma),
+                      (dbeta, cache.beta))
 
 
 def batch_norm_forward(
@@ -248,10 +239,10 @@ def batch_norm_forward(
     x, gamma, beta, rm, rv, training, momentum, eps, ax, unbiased = _validate(
         x, gamma, beta, running_mean, running_var, training, momentum, eps, axis,
         unbiased_running_var)
-    dest = forward_out(out, x, (("gamma", gamma), ("beta", beta), ("running_mean", rm),
-                                ("running_var", rv)))
-    y, cache, var = dispatch("batch_norm_forward", _batch_norm_forward_ref, x, gamma, beta,
-                             rm, rv, training, eps, ax, *seam_extra(dest))
+    y, cache, var = dispatch_forward(
+        "batch_norm_forward", _batch_norm_forward_ref,
+        (x, gamma, beta, rm, rv, training, eps, ax), out,
+        gamma=gamma, beta=beta, running_mean=rm, running_var=rv)
     n = x.size // x.shape[ax] if x.shape[ax] else 0
     if training and n > 1:  # an empty batch teaches nothing: running statistics stay
         _update(rm, cache.mean, momentum)
@@ -306,10 +297,5 @@ def batch_norm_backward(
     >>> batch_norm_backward(np.ones_like(x), cache)[2].tolist()
     [2.0, 2.0]
     """
-    cache = check_cache(cache, BatchNormCache, "batch_norm_forward")
-    dout = check_dout(dout, cache.x)
-    dest = backward_out(out, dout, cache.x, (("dgamma", cache.gamma), ("dbeta", cache.beta)))
-    result: tuple[np.ndarray, np.ndarray | None, np.ndarray | None] = dispatch(
-        "batch_norm_backward", _batch_norm_backward_ref, dout, cache, *seam_extra(dest)
-    )
-    return result
+    return dispatch_backward("batch_norm_backward", _batch_norm_backward_ref, dout, cache, out,
+                             BatchNormCache, ("gamma", "beta"))

@@ -19,20 +19,17 @@ from typing import Any
 
 import numpy as np
 
-from normlab._backend import dispatch
 from normlab._stats import centred_grad, mean_var, rstd_from
 from normlab._validate import check_eps, check_int
 from normlab.norms._cache import GroupNormCache
 from normlab.norms._common import (
-    as_grad,
-    check_cache,
-    check_dout,
-    check_eps_range,
     check_input,
-    check_param,
+    check_params,
     compute_dtype_of,
+    dispatch_backward,
+    dispatch_forward,
 )
-from normlab.norms._out import backward_out, fill, forward_out, seam_extra
+from normlab.norms._out import fill_grads, filled
 
 __all__ = ["group_norm_backward", "group_norm_forward"]
 
@@ -80,9 +77,7 @@ def _validate_group_norm(
         )
     eps = check_eps(eps)
     what = f"one value per channel, C = x.shape[1] = {c}"
-    gamma = check_param(gamma, "gamma", (c,), what)
-    beta = check_param(beta, "beta", (c,), what)
-    eps = check_eps_range(eps, x, gamma, beta)
+    gamma, beta, eps = check_params(x, eps, (c,), what, gamma=gamma, beta=beta)
     return x, g, gamma, beta, eps
 
 
@@ -98,9 +93,8 @@ def _group_norm_forward_ref(
         out *= _per_channel(gamma, x, cd)
     if beta is not None:
         out += _per_channel(beta, x, cd)
-    result = fill(dest, out.astype(x.dtype, copy=False))
-    assert result is not None
-    return result, GroupNormCache(x, gamma, beta, mean, rstd, g, eps)
+    cache = GroupNormCache(x, gamma, beta, mean, rstd, g, eps)
+    return filled(dest, out.astype(x.dtype, copy=False)), cache
 
 
 def _group_norm_backward_ref(
@@ -120,14 +114,8 @@ def _group_norm_backward_ref(
         hg, xg = _grouped(h, g), _grouped(xhat, g)  # (N, G, m)
         dx = centred_grad(hg, xg, cache.rstd[:, :, None], (2,),
                           None if into is None else _grouped(into, g))  # (N, G, m)
-    dx_out = into if into is not None else fill(
-        dest[0], dx.reshape(x.shape).astype(x.dtype, copy=False))
-    assert dx_out is not None
-    return (
-        dx_out,
-        fill(dest[1], as_grad(dgamma, cache.gamma)),
-        fill(dest[2], as_grad(dbeta, cache.beta)),
-    )
+    dx_out = into if into is not None else dx.reshape(x.shape).astype(x.dtype, copy=False)
+    return fill_grads(dest, dx_out, (dgamma, cache.gamma), (dbeta, cache.beta))
 
 
 def group_norm_forward(
@@ -152,13 +140,12 @@ def group_norm_forward(
     eps : float
         Finite number > 0 added to the variance.
     out : numpy.ndarray, optional
-        Optional ndarray of x's shape and dtype (C-contiguous, writeable) to write the result
-        into; it must not overlap x (the cache keeps x) nor gamma / beta.
+        As in [layer_norm_forward][normlab.layer_norm_forward].
 
     Returns
     -------
     out : numpy.ndarray
-        x's shape and dtype (the `out` buffer when given).
+        As in [layer_norm_forward][normlab.layer_norm_forward].
     cache : GroupNormCache
         References and the per-(sample, group) mean and rstd of shape (N, G), for
         [group_norm_backward][normlab.group_norm_backward].
@@ -181,11 +168,8 @@ def group_norm_forward(
     [[1.5, 5.5]]
     """
     args = _validate_group_norm(x, num_groups, gamma, beta, eps)
-    dest = forward_out(out, args[0], (("gamma", args[2]), ("beta", args[3])))
-    result: tuple[np.ndarray, GroupNormCache] = dispatch(
-        "group_norm_forward", _group_norm_forward_ref, *args, *seam_extra(dest)
-    )
-    return result
+    return dispatch_forward("group_norm_forward", _group_norm_forward_ref, args, out,
+                            gamma=args[2], beta=args[3])
 
 
 def group_norm_backward(
@@ -213,19 +197,14 @@ def group_norm_backward(
     Returns
     -------
     dx : numpy.ndarray
-        x's shape and dtype (the buffer of `out` where given).
+        As in [batch_norm_backward][normlab.batch_norm_backward].
     dgamma, dbeta : numpy.ndarray or None
-        (C,) in the parameter's dtype, or None when the parameter was None (the buffers of
-        `out` where given).
-
+        As in [batch_norm_backward][normlab.batch_norm_backward] (one per channel).
 
     Raises
     ------
-    TypeError
-        Wrong cache type or non-float dout; `out` not a tuple of 3.
-    ValueError
-        dout not of x's shape; an `out` buffer of the wrong shape, layout or overlap, or given
-        for a missing parameter.
+    TypeError, ValueError
+        As [batch_norm_backward][normlab.batch_norm_backward].
 
     Examples
     --------
@@ -234,10 +213,5 @@ def group_norm_backward(
     >>> group_norm_backward(np.ones_like(x), cache)[2].tolist()
     [2.0, 2.0, 2.0, 2.0]
     """
-    cache = check_cache(cache, GroupNormCache, "group_norm_forward")
-    dout = check_dout(dout, cache.x)
-    dest = backward_out(out, dout, cache.x, (("dgamma", cache.gamma), ("dbeta", cache.beta)))
-    result: tuple[np.ndarray, np.ndarray | None, np.ndarray | None] = dispatch(
-        "group_norm_backward", _group_norm_backward_ref, dout, cache, *seam_extra(dest)
-    )
-    return result
+    return dispatch_backward("group_norm_backward", _group_norm_backward_ref, dout, cache, out,
+                             GroupNormCache, ("gamma", "beta"))

@@ -14,22 +14,17 @@ from typing import Any
 
 import numpy as np
 
-from normlab._backend import dispatch
 from normlab._stats import centred_grad, mean_var, rstd_from
 from normlab._validate import check_eps
 from normlab.norms._cache import LayerNormCache
 from normlab.norms._common import (
-    as_grad,
-    check_cache,
-    check_dout,
-    check_eps_range,
     check_input,
-    check_param,
+    check_trailing_params,
     compute_dtype_of,
-    resolve_normalized_ndim,
-    trailing_dims_why,
+    dispatch_backward,
+    dispatch_forward,
 )
-from normlab.norms._out import backward_out, fill, forward_out, seam_extra
+from normlab.norms._out import fill_grads, filled
 
 __all__ = ["layer_norm_backward", "layer_norm_forward"]
 
@@ -40,12 +35,7 @@ def validate_layer_norm(
     """Check LayerNorm's arguments; return them as arrays, eps as float, k as int."""
     x = check_input(x, min_ndim=1)
     eps = check_eps(eps)
-    k = resolve_normalized_ndim(x, normalized_ndim, gamma, beta)
-    feat = tuple(x.shape[x.ndim - k :])
-    what = trailing_dims_why(x, k)
-    gamma = check_param(gamma, "gamma", feat, what)
-    beta = check_param(beta, "beta", feat, what)
-    eps = check_eps_range(eps, x, gamma, beta)
+    k, gamma, beta, eps = check_trailing_params(x, eps, normalized_ndim, gamma=gamma, beta=beta)
     return x, gamma, beta, eps, k
 
 
@@ -93,22 +83,16 @@ def _layer_norm_forward_ref(
     dest: np.ndarray | None = None,
 ) -> tuple[np.ndarray, LayerNormCache]:
     out, mean, rstd = layer_norm_forward_core(x, gamma, beta, eps, k)
-    result = fill(dest, out.astype(x.dtype, copy=False))
-    assert result is not None
-    return result, LayerNormCache(x, gamma, beta, mean, rstd, eps, k)
+    cache = LayerNormCache(x, gamma, beta, mean, rstd, eps, k)
+    return filled(dest, out.astype(x.dtype, copy=False)), cache
 
 
 def _layer_norm_backward_ref(
     dout: np.ndarray, cache: LayerNormCache, dest: tuple[Any, ...] = (None, None, None)
 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None]:
     dx, dgamma, dbeta = layer_norm_backward_core(dout, cache)
-    dx_out = fill(dest[0], dx.astype(cache.x.dtype, copy=False))
-    assert dx_out is not None
-    return (
-        dx_out,
-        fill(dest[1], as_grad(dgamma, cache.gamma)),
-        fill(dest[2], as_grad(dbeta, cache.beta)),
-    )
+    return fill_grads(dest, dx.astype(cache.x.dtype, copy=False), (dgamma, cache.gamma),
+                      (dbeta, cache.beta))
 
 
 def layer_norm_forward(
@@ -179,11 +163,8 @@ def layer_norm_forward(
     returned in native byte order.
     """
     args = validate_layer_norm(x, gamma, beta, eps, normalized_ndim)
-    dest = forward_out(out, args[0], (("gamma", args[1]), ("beta", args[2])))
-    result: tuple[np.ndarray, LayerNormCache] = dispatch(
-        "layer_norm_forward", _layer_norm_forward_ref, *args, *seam_extra(dest)
-    )
-    return result
+    return dispatch_forward("layer_norm_forward", _layer_norm_forward_ref, args, out,
+                            gamma=args[1], beta=args[2])
 
 
 def layer_norm_backward(
@@ -238,10 +219,5 @@ def layer_norm_backward(
     >>> float(abs(dx.sum())) < 1e-12, db.tolist()
     (True, [1.0, 1.0, 1.0])
     """
-    cache = check_cache(cache, LayerNormCache, "layer_norm_forward")
-    dout = check_dout(dout, cache.x)
-    dest = backward_out(out, dout, cache.x, (("dgamma", cache.gamma), ("dbeta", cache.beta)))
-    result: tuple[np.ndarray, np.ndarray | None, np.ndarray | None] = dispatch(
-        "layer_norm_backward", _layer_norm_backward_ref, dout, cache, *seam_extra(dest)
-    )
-    return result
+    return dispatch_backward("layer_norm_backward", _layer_norm_backward_ref, dout, cache, out,
+                             LayerNormCache, ("gamma", "beta"))

@@ -13,22 +13,17 @@ from typing import Any
 
 import numpy as np
 
-from normlab._backend import dispatch
 from normlab._stats import mean_square, rstd_from
 from normlab._validate import check_eps, check_finite_real
 from normlab.norms._cache import RMSNormCache
 from normlab.norms._common import (
-    as_grad,
-    check_cache,
-    check_dout,
-    check_eps_range,
     check_input,
-    check_param,
+    check_trailing_params,
     compute_dtype_of,
-    resolve_normalized_ndim,
-    trailing_dims_why,
+    dispatch_backward,
+    dispatch_forward,
 )
-from normlab.norms._out import backward_out, fill, forward_out, seam_extra
+from normlab.norms._out import fill_grads, filled
 
 __all__ = ["rms_norm_backward", "rms_norm_forward"]
 
@@ -40,11 +35,7 @@ def validate_rms_norm(
     x = check_input(x, min_ndim=1)
     eps = check_eps(eps)
     offset = check_finite_real(offset, "offset")
-    k = resolve_normalized_ndim(x, normalized_ndim, weight, names=("weight",))
-    feat = tuple(x.shape[x.ndim - k :])
-    what = trailing_dims_why(x, k)
-    weight = check_param(weight, "weight", feat, what)
-    eps = check_eps_range(eps, x, weight)
+    k, weight, eps = check_trailing_params(x, eps, normalized_ndim, weight=weight)
     return x, weight, eps, offset, k
 
 
@@ -95,18 +86,15 @@ def _rms_norm_forward_ref(
     dest: np.ndarray | None = None,
 ) -> tuple[np.ndarray, RMSNormCache]:
     out, rstd = rms_norm_forward_core(x, weight, eps, offset, k)
-    result = fill(dest, out.astype(x.dtype, copy=False))
-    assert result is not None
-    return result, RMSNormCache(x, weight, rstd, eps, offset, k)
+    cache = RMSNormCache(x, weight, rstd, eps, offset, k)
+    return filled(dest, out.astype(x.dtype, copy=False)), cache
 
 
 def _rms_norm_backward_ref(
     dout: np.ndarray, cache: RMSNormCache, dest: tuple[Any, ...] = (None, None)
 ) -> tuple[np.ndarray, np.ndarray | None]:
     dx, dweight = rms_norm_backward_core(dout, cache)
-    dx_out = fill(dest[0], dx.astype(cache.x.dtype, copy=False))
-    assert dx_out is not None
-    return dx_out, fill(dest[1], as_grad(dweight, cache.weight))
+    return fill_grads(dest, dx.astype(cache.x.dtype, copy=False), (dweight, cache.weight))
 
 
 def rms_norm_forward(
@@ -166,11 +154,8 @@ def rms_norm_forward(
     array([[0.848528, 1.131371]])
     """
     args = validate_rms_norm(x, weight, eps, offset, normalized_ndim)
-    dest = forward_out(out, args[0], (("weight", args[1]),))
-    result: tuple[np.ndarray, RMSNormCache] = dispatch(
-        "rms_norm_forward", _rms_norm_forward_ref, *args, *seam_extra(dest)
-    )
-    return result
+    return dispatch_forward("rms_norm_forward", _rms_norm_forward_ref, args, out,
+                            weight=args[1])
 
 
 def rms_norm_backward(
@@ -216,10 +201,5 @@ def rms_norm_backward(
     >>> dw.shape
     (2,)
     """
-    cache = check_cache(cache, RMSNormCache, "rms_norm_forward")
-    dout = check_dout(dout, cache.x)
-    dest = backward_out(out, dout, cache.x, (("dweight", cache.weight),))
-    result: tuple[np.ndarray, np.ndarray | None] = dispatch(
-        "rms_norm_backward", _rms_norm_backward_ref, dout, cache, *seam_extra(dest)
-    )
-    return result
+    return dispatch_backward("rms_norm_backward", _rms_norm_backward_ref, dout, cache, out,
+                             RMSNormCache, ("weight",))

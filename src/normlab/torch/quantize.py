@@ -39,6 +39,7 @@ from normlab.precision.formats.format import (
 )
 from normlab.precision.formats.modes import RoundingMode, check_mode
 from normlab.precision.formats.random_bits import check_seed, stochastic_source
+from normlab.precision.formats.rounding import specials
 from normlab.torch._cpuround import nearest_chunks, use_chunks
 from normlab.torch._import import torch
 from normlab.torch._stochastic import fast_kernel, round_chunked, splitmix64, stochastic_words
@@ -122,43 +123,6 @@ def _components(
     elif not fmt.has_subnormals:  # flush-to-zero format: subnormal results become 0
         n = torch.where(n < (1 << m), 0, n)
     return sign, n, qe, kind, t, s
-
-
-def _specials(
-    fmt: Format, mode: RoundingMode, saturate: bool, sign: torch.Tensor, n: torch.Tensor,
-    qe: torch.Tensor, kind: torch.Tensor, nonzero_input: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Overflow, infinity, zero and sign rules (the NumPy reference's `_specials`)."""
-    m = fmt.mantissa_bits
-    top_qe = fmt.emax - m
-    finite = kind == _FINITE
-    over = finite & ((qe > top_qe) | ((qe == top_qe) & (n > fmt.max_significand)))
-    clamp_over = saturate or mode is RoundingMode.TOWARD_ZERO or not fmt.has_nan
-    clamp_inf = saturate or not fmt.has_nan
-    to_max = torch.zeros_like(over)
-    if clamp_over:
-        to_max = over
-    elif mode is RoundingMode.TOWARD_POSITIVE:  # negative overflow goes to -max
-        to_max = over & sign
-    elif mode is RoundingMode.TOWARD_NEGATIVE:  # positive overflow goes to +max
-        to_max = over & ~sign
-    if clamp_inf:
-        to_max = to_max | (kind == _INF)
-    n = torch.where(to_max, fmt.max_significand, n)
-    qe = torch.where(to_max, top_qe, qe)
-    special = _INF if fmt.has_infinity else _NAN
-    kind = torch.where(over & ~to_max, special, torch.where(to_max, _FINITE, kind))
-    if not fmt.has_infinity:
-        kind = torch.where(kind == _INF, _NAN, kind)
-    if not fmt.has_zero:
-        kind = torch.where((kind == _FINITE) & (n == 0), _NAN, kind)
-    if not fmt.signed:
-        kind = torch.where(sign & nonzero_input, _NAN, kind)  # even if it rounds to zero
-        sign = sign & (kind == _NAN)
-    n = torch.where(kind == _FINITE, n, 0)
-    if not fmt.has_negative_zero and fmt.signed:  # fnuz: the "-0" code is NaN; zeros are +0
-        sign = sign & ~((kind == _FINITE) & (n == 0))
-    return sign, n, qe, kind
 
 
 def _assemble(
@@ -286,7 +250,7 @@ def _stochastic(
     def bit_path(part: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         sign, n, qe, kind, _, s = _components(part, fmt, mode, w)
         nonzero = (s > 0) | (kind != _FINITE)
-        return _assemble(*_specials(fmt, mode, saturate, sign, n, qe, kind, nonzero),
+        return _assemble(*specials(torch, fmt, mode, saturate, sign, n, qe, kind, nonzero),
                          part.dtype)
 
     return round_chunked(x, bit_path, seed, words)
@@ -380,5 +344,6 @@ def quantize(
     if mode is RoundingMode.STOCHASTIC:
         return _stochastic(x, fmt, saturate, seed, words).reshape(x.shape)
     sign, n, qe, kind, _, s = _components(x, fmt, mode, None)
-    parts = _specials(fmt, mode, saturate, sign, n, qe, kind, (s > 0) | (kind != _FINITE))
+    parts = specials(torch, fmt, mode, saturate, sign, n, qe, kind,
+                     (s > 0) | (kind != _FINITE))
     return _assemble(*parts, x.dtype).reshape(x.shape)

@@ -163,37 +163,47 @@ def round_components(
         qe = np.where(low, fmt.emin - m, qe)
     elif not fmt.has_subnormals:  # flush-to-zero format: subnormal results become 0
         n = np.where(n < (_U1 << np.uint64(m)), np.uint64(0), n)
-    return _specials(fmt, mode, saturate, sign, n, qe, kind, (s > 0) | (kind != KIND_FINITE))
+    return specials(np, fmt, mode, saturate, sign, n, qe, kind,
+                    (s > 0) | (kind != KIND_FINITE))
 
 
-def _specials(
-    fmt: Format, mode: RoundingMode, saturate: bool, sign: np.ndarray, n: np.ndarray,
-    qe: np.ndarray, kind: np.ndarray, nonzero_input: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Apply overflow, infinity, zero and sign rules to the rounded components."""
+def specials(
+    xp: Any, fmt: Format, mode: RoundingMode, saturate: bool, sign: Any, n: Any, qe: Any,
+    kind: Any, nonzero_input: Any,
+) -> tuple[Any, Any, Any, Any]:
+    """Apply overflow, infinity, zero and sign rules to the rounded components.
+
+    Written once for both twins: `xp` is `numpy` (this module's arrays, `n` uint64) or
+    `torch` (`normlab.torch.quantize`'s tensors, `n` int64); only `xp.where` and
+    `xp.zeros_like` are called, with Python scalars for the constants, and no `if` reads
+    an array value (the torch twin compiles without a graph break).
+    """
     m = fmt.mantissa_bits
     top_qe = fmt.emax - m
     finite = kind == KIND_FINITE
-    over = finite & ((qe > top_qe) | ((qe == top_qe) & (n > np.uint64(fmt.max_significand))))
-    clamp_over: Any = saturate or mode is RoundingMode.TOWARD_ZERO or not fmt.has_nan
-    if mode is RoundingMode.TOWARD_POSITIVE:  # negative overflow goes to -max
-        clamp_over = clamp_over | sign
+    over = finite & ((qe > top_qe) | ((qe == top_qe) & (n > fmt.max_significand)))
+    if saturate or mode is RoundingMode.TOWARD_ZERO or not fmt.has_nan:
+        to_max = over
+    elif mode is RoundingMode.TOWARD_POSITIVE:  # negative overflow goes to -max
+        to_max = over & sign
     elif mode is RoundingMode.TOWARD_NEGATIVE:  # positive overflow goes to +max
-        clamp_over = clamp_over | ~sign
-    clamp_inf = saturate or not fmt.has_nan
-    to_max = over & clamp_over | (kind == KIND_INF) & clamp_inf
-    n = np.where(to_max, np.uint64(fmt.max_significand), n)
-    qe = np.where(to_max, top_qe, qe)
+        to_max = over & ~sign
+    else:
+        to_max = xp.zeros_like(over)
+    if saturate or not fmt.has_nan:
+        to_max = to_max | (kind == KIND_INF)
+    n = xp.where(to_max, fmt.max_significand, n)
+    qe = xp.where(to_max, top_qe, qe)
     special = KIND_INF if fmt.has_infinity else KIND_NAN
-    kind = np.where(over & ~to_max, special, np.where(to_max, KIND_FINITE, kind))
-    kind = np.where((kind == KIND_INF) & (not fmt.has_infinity), KIND_NAN, kind)
+    kind = xp.where(over & ~to_max, special, xp.where(to_max, KIND_FINITE, kind))
+    if not fmt.has_infinity:
+        kind = xp.where(kind == KIND_INF, KIND_NAN, kind)
     if not fmt.has_zero:
-        kind = np.where((kind == KIND_FINITE) & (n == 0), KIND_NAN, kind)
+        kind = xp.where((kind == KIND_FINITE) & (n == 0), KIND_NAN, kind)
     if not fmt.signed:
-        negative = sign & nonzero_input  # even when it would round to zero
-        kind = np.where(negative, KIND_NAN, kind)
+        kind = xp.where(sign & nonzero_input, KIND_NAN, kind)  # even if it rounds to zero
         sign = sign & (kind == KIND_NAN)
-    n = np.where(kind == KIND_FINITE, n, np.uint64(0))
+    n = xp.where(kind == KIND_FINITE, n, 0)
     if not fmt.has_negative_zero and fmt.signed:  # fnuz: the "-0" code is NaN; zeros are +0
         sign = sign & ~((kind == KIND_FINITE) & (n == 0))
     return sign, n, qe, kind
