@@ -290,7 +290,7 @@ def test_fast_path_bf16_read_as_its_upper_half(monkeypatch):
     # a bfloat16 model's operands widened wrongly (bits shifted by 15, not 16) in the view
     from normlab.torch.training import _operand_ops as oo
 
-    real = oo._numpy_view
+    real = oo.numpy_view
 
     def wrong(t):
         v = real(t)
@@ -298,7 +298,7 @@ def test_fast_path_bf16_read_as_its_upper_half(monkeypatch):
             return v
         return (np.asarray(v).view(np.int16) >> 1).view(v.dtype)
 
-    monkeypatch.setattr(oo, "_numpy_view", wrong)
+    monkeypatch.setattr(oo, "numpy_view", wrong)
     assert diff.operand_mismatches("current", "spread", "bfloat16")
 
 

@@ -174,18 +174,16 @@ Each experiment's page and module docstring give the details; in short:
   "matches" was PASS at 3 of seeds 0-9 and INCONCLUSIVE at 7 at the default size: a few
   replicates' fp16 and fp32 runs parted ways and ended up to +-40% apart, in either
   direction. GELU hidden layers (smooth: a rounding-sized difference stays small) keep the
-  runs together, and both claims are decided at the default size. loss_scaling's row was
-  measured after that change, with `--only loss_scaling`; the other rows and the wall / CPU
-  times are those of the whole reports before it, on a machine without PyTorch
-  (lowp_training SKIP). A whole default report at seed 0 after the change, with PyTorch,
-  gave the same verdicts in those rows, and lowp_training INCONCLUSIVE.
+  runs together, and both claims are decided at the default size.
 - **residual_depth**: 8 perturbation replicates and 6 update replicates (from 3 and 4);
   Admin's O(N) for Post-LN is a bound, judged as "Post-LN's output change grows faster than
   Pre-LN's" (the earlier slope band [0.75, 1.25] treated the bound as the rate); quick
   depths 4..32 (from 2..16, where ln N's own slope exceeds the O(log N) bound).
 - **norm_speed**: the speed claim is decided on the order-statistic interval of the
   median time ratio; the paper's 7%-64% range (whole models on GPUs) is shown with its
-  interval, not judged.
+  interval, not judged. It is the one verdict that depends on the machine, not the seed:
+  a report that shares the cores with other jobs times a noisier ratio, whose interval
+  widens to INCONCLUSIVE (never to NOT REPRODUCED). NORM_SPEED_RERUN
 - **xiong_gradients**, **lowp_training**: decided on t intervals over their seeds (per-seed
   log ratios, rank correlations and paired loss differences); no setting changed.
 - **`--quick`**: a claim measured over fewer replicates than its experiment needs to
