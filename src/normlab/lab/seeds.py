@@ -183,7 +183,11 @@ Each experiment's page and module docstring give the details; in short:
   median time ratio; the paper's 7%-64% range (whole models on GPUs) is shown with its
   interval, not judged. It is the one verdict that depends on the machine, not the seed:
   a report that shares the cores with other jobs times a noisier ratio, whose interval
-  widens to INCONCLUSIVE (never to NOT REPRODUCED). NORM_SPEED_RERUN
+  widens to INCONCLUSIVE (never to NOT REPRODUCED). In the default table below, the
+  reports at seeds 0, 1, 3 and 8 shared the two cores with three other processes (load
+  average about 4) and gave INCONCLUSIVE; run alone afterwards (`normlab report --only
+  norm_speed --seed S`, load average below 1) the same seeds gave PASS: t_LN / t_RMS
+  1.39 [1.37, 1.42], 1.40 [1.38, 1.42], 1.41 [1.39, 1.44] and 1.42 [1.40, 1.43], n = 21.
 - **xiong_gradients**, **lowp_training**: decided on t intervals over their seeds (per-seed
   log ratios, rank correlations and paired loss differences); no setting changed.
 - **`--quick`**: a claim measured over fewer replicates than its experiment needs to

@@ -28,10 +28,11 @@ keeps only the columnwise (wgrad) copy once the forward GEMM is done. Here that 
 byte per element for FP8 and MX with E8M0 scale codes, two E2M1 codes per byte with E4M3
 scale codes and the tensor scale for NVFP4, after NVFP4's random Hadamard transform;
 bfloat16/float16 codes for the Bf16 recipe), decoded in backward to exactly the values a
-float32 copy held. Transformer Engine also keeps the quantised weight (a workspace
-cached across micro-batches); here the weight parameter itself is saved (no new memory)
-and `q(W)_N` is quantised from it in backward, per-tensor recipes with the scale the
-forward used. Nothing of x is saved in float32.
+float32 copy held; a bfloat16 layer that multiplies in bfloat16 keeps the Bf16 recipe's x
+itself (its own quantisation, as `torch.nn.Linear` keeps it). Transformer Engine also
+keeps the quantised weight (a workspace cached across micro-batches); here the weight
+parameter itself is saved (no new memory) and `q(W)_N` is quantised from it in backward,
+per-tensor recipes with the scale the forward used. Nothing of x is saved in float32.
 """
 
 from __future__ import annotations
