@@ -94,9 +94,12 @@ def test_no_helper_at_all_compiles_here_on_the_first_call(tmp_path):
     assert out["here"] >= 1
 
 
-def test_switched_off_the_first_call_compiles_here(monkeypatch):
-    monkeypatch.setenv("NORMLAB_BACKGROUND_COMPILE", "0")
-    assert not _background.enabled()
+def test_the_helper_is_on_unless_the_environment_turns_it_off(monkeypatch):
+    monkeypatch.delenv("NORMLAB_BACKGROUND_COMPILE")  # this suite sets 0 (conftest.py)
+    assert _background.enabled()
+    for off in ("0", "false", "No", " off "):
+        monkeypatch.setenv("NORMLAB_BACKGROUND_COMPILE", off)
+        assert not _background.enabled(), off
     monkeypatch.setenv("NORMLAB_BACKGROUND_COMPILE", "1")
     assert _background.enabled()
 
