@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import pkgutil
 import subprocess
 import sys
 import textwrap
@@ -105,10 +106,10 @@ def test_the_helper_is_on_unless_the_environment_turns_it_off(monkeypatch):
 
 
 def _dual_kernels():
-    for name in ("amax_jit", "batch_norm_jit", "block_scale_jit", "dropout_jit",
-                 "group_norm_jit", "operand_jit", "operand_stats_jit", "prefetch_jit",
-                 "quantize_jit", "row_norms_jit", "scale_grid_jit"):
-        module = importlib.import_module(f"normlab.kernels.{name}")
+    import normlab.kernels
+
+    for info in pkgutil.iter_modules(normlab.kernels.__path__):  # every kernel module
+        module = importlib.import_module(f"normlab.kernels.{info.name}")
         for value in vars(module).values():
             if isinstance(value, _adapt.DualKernel):
                 yield value
