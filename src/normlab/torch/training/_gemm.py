@@ -172,10 +172,10 @@ def x_operands(layer: Any, x: torch.Tensor, keep: bool, bf16: bool = False
     is on a layer that multiplies in bfloat16 (`bf16`, `_itself`), both are x.
     """
     spec = layer.one_quantization["x"]
-    if bf16 and spec is not None and _itself(operand_quantizer(layer, "x", 0, x), x):
+    q = operand_quantizer(layer, "x", 0, x) if bf16 and spec is not None else None
+    if q is not None and _itself(q, x):
         empty = x.new_empty(0)
-        saved = SavedOperand((x, empty, empty), operand_quantizer(layer, "x", 0, x),
-                             (x.shape[0], x.shape[1]), "C", itself=True)
+        saved = SavedOperand((x, empty, empty), q, (x.shape[0], x.shape[1]), "C", itself=True)
         return x, saved if keep else None
     if not (keep and spec is not None):
         qx = quantize_operand(layer, x, "x", axis=1)
